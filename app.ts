@@ -1,0 +1,62 @@
+// Builds a broker with the services this process should run (SERVICES), for the server entry
+// point, the tests and the benchmarks alike.
+import http from "node:http";
+import { ServiceBroker, type BrokerOptions, type ServiceSchema } from "moleculer";
+import { attachConfig, type AppConfig, type ServiceName } from "./lib/config";
+import { enableProcessMetrics } from "./lib/metrics";
+import { startOpsServer } from "./lib/ops-server";
+import { brokerOptions } from "./moleculer.config";
+
+// Loaded lazily so that e.g. SERVICES=dispatcher does not load the gateway's dependencies.
+const SERVICE_LOADERS: Record<ServiceName, () => ServiceSchema> = {
+	api: () => require("./services/api.service").default,
+	topics: () => require("./services/topics.service").default,
+	webhooks: () => require("./services/webhooks.service").default,
+	users: () => require("./services/users.service").default,
+	dispatcher: () => require("./services/dispatcher.service").default,
+	notifier: () => require("./services/notifier.service").default,
+};
+
+export interface App {
+	broker: ServiceBroker;
+	config: AppConfig;
+	start(): Promise<void>;
+	stop(): Promise<void>;
+	/** The gateway's listening port once started (useful with PORT=0). */
+	apiPort(): number | undefined;
+	opsServer?: http.Server;
+}
+
+export interface AppOptions {
+	broker?: Partial<BrokerOptions>;
+	/** Start the /health and /metrics server (the server entry point does; tests usually don't). */
+	ops?: boolean;
+}
+
+export function createApp(config: AppConfig, options: AppOptions = {}): App {
+	const broker = new ServiceBroker(brokerOptions(config, options.broker));
+	attachConfig(broker, config);
+	for (const name of config.SERVICES) broker.createService(SERVICE_LOADERS[name]());
+
+	const app: App = {
+		broker,
+		config,
+		async start() {
+			await broker.start();
+			if (options.ops) {
+				enableProcessMetrics(broker);
+				app.opsServer = await startOpsServer(broker, config.OPS_PORT, config.HOST);
+			}
+		},
+		async stop() {
+			if (app.opsServer) await new Promise(resolve => app.opsServer!.close(resolve));
+			await broker.stop();
+		},
+		apiPort() {
+			const api = broker.getLocalService("api") as unknown as { server?: http.Server } | undefined;
+			const address = api?.server?.address();
+			return address && typeof address === "object" ? address.port : undefined;
+		},
+	};
+	return app;
+}

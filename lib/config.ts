@@ -1,0 +1,223 @@
+// Configuration: environment variables validated with zod at startup. A bad value stops
+// startup with a message naming the variable. In the embedded default, missing secrets are
+// generated once into DATA_DIR so that `npm start` needs no set-up; in production they are fatal.
+import fs from "node:fs";
+import path from "node:path";
+import crypto from "node:crypto";
+import { z } from "zod";
+import type { ServiceBroker } from "moleculer";
+import { parseDuration, parseDurationList } from "./durations";
+
+const duration = (fallback: string) =>
+	z
+		.string()
+		.default(fallback)
+		.transform((text, ctx) => {
+			try {
+				return parseDuration(text);
+			} catch (err) {
+				ctx.addIssue({ code: "custom", message: (err as Error).message });
+				return z.NEVER;
+			}
+		});
+
+const csv = z
+	.string()
+	.default("")
+	.transform(text =>
+		text
+			.split(",")
+			.map(part => part.trim())
+			.filter(Boolean),
+	);
+
+const base64Key32 = z
+	.string()
+	.refine(text => Buffer.from(text, "base64").length === 32, "must be base64 of exactly 32 bytes");
+
+const positiveInt = (fallback: number) => z.coerce.number().int().positive().default(fallback);
+
+export const ALL_SERVICES = ["api", "topics", "webhooks", "users", "dispatcher", "notifier"] as const;
+export type ServiceName = (typeof ALL_SERVICES)[number];
+
+const EnvSchema = z.object({
+	NODE_ENV: z.string().default("development"),
+	PORT: z.coerce.number().int().min(0).max(65535).default(3000),
+	OPS_PORT: z.coerce.number().int().min(0).max(65535).default(3030),
+	HOST: z.string().default("0.0.0.0"),
+	DATA_DIR: z.string().default("./data"),
+	DATABASE_URL: z
+		.string()
+		.regex(/^postgres(ql)?:\/\//, "must be a postgres:// URL")
+		.optional(),
+	DATABASE_SCHEMA: z
+		.string()
+		.regex(/^[a-z_][a-z0-9_]{0,62}$/, "must be a lower-case SQL identifier")
+		.optional(),
+	TRANSPORTER: z
+		.string()
+		.regex(/^nats:\/\//, "must be a nats:// URL")
+		.optional(),
+	NAMESPACE: z.string().default(""),
+	NODE_ID: z.string().optional(),
+	SERVICES: z
+		.string()
+		.default("all")
+		.transform((text, ctx) => {
+			const names = text
+				.split(",")
+				.map(part => part.trim())
+				.filter(Boolean);
+			if (names.length === 0 || names.includes("all")) return [...ALL_SERVICES];
+			const unknown = names.filter(name => !(ALL_SERVICES as readonly string[]).includes(name));
+			if (unknown.length) {
+				ctx.addIssue({ code: "custom", message: `unknown service(s) ${unknown.join(", ")}; known: ${ALL_SERVICES.join(", ")}` });
+				return z.NEVER;
+			}
+			return names as ServiceName[];
+		}),
+	LOG_LEVEL: z.enum(["fatal", "error", "warn", "info", "debug", "trace"]).default("info"),
+
+	AUTH_JWT_SECRET: z.string().min(32, "must be at least 32 characters").optional(),
+	AUTH_JWKS_URL: z.string().url().optional(),
+	AUTH_ISSUER: z.string().optional(),
+	AUTH_AUDIENCE: z.string().optional(),
+	AUTH_ALGORITHMS: csv,
+	AUTH_CUSTOMER_CLAIM: z.string().default("customer_id"),
+
+	SECRETS_KEY: base64Key32.optional(),
+	RATE_LIMIT_PER_MINUTE: positiveInt(600),
+	PUBLIC_BASE_URL: z.string().url().optional(),
+
+	SMTP_URL: z
+		.string()
+		.regex(/^smtps?:\/\//, "must be an smtp:// or smtps:// URL")
+		.optional(),
+	MAIL_FROM: z.string().default("Satellite Tasking <no-reply@localhost>"),
+	MAIL_RETRY_SCHEDULE: z.string().default("30s,2m,10m,30m,2h"),
+	UNSUBSCRIBE_TOKEN_TTL: duration("30d"),
+
+	WEBHOOK_ALLOW_NETS: csv,
+	WEBHOOK_CA_FILE: z.string().optional(),
+	DELIVERY_RETRY_SCHEDULE: z.string().default("1m,5m,30m,2h,6h"),
+	DELIVERY_TIMEOUT: duration("15s"),
+	WEBHOOK_TEST_TIMEOUT: duration("5s"),
+	DELIVERY_CONCURRENCY: positiveInt(64),
+	DELIVERY_WEBHOOK_CONCURRENCY: positiveInt(8),
+	DELIVERY_POLL_INTERVAL: duration("1s"),
+	DELIVERY_LEASE: duration("60s"),
+	SECRET_ROTATION_GRACE: duration("24h"),
+});
+
+export type Env = z.input<typeof EnvSchema>;
+
+export interface AppConfig extends Omit<z.output<typeof EnvSchema>, "DELIVERY_RETRY_SCHEDULE" | "MAIL_RETRY_SCHEDULE"> {
+	production: boolean;
+	DELIVERY_RETRY_SCHEDULE: number[];
+	MAIL_RETRY_SCHEDULE: number[];
+	/** Present after resolveSecrets(): always set for a running service. */
+	AUTH_JWT_SECRET?: string;
+	SECRETS_KEY?: string;
+}
+
+export class ConfigError extends Error {
+	constructor(message: string) {
+		super(message);
+		this.name = "ConfigError";
+	}
+}
+
+function scheduleFrom(name: string, text: string): number[] {
+	try {
+		const offsets = parseDurationList(text);
+		if (offsets.length === 0) throw new Error("needs at least one offset");
+		if (offsets.some((offset, i) => i > 0 && offset <= offsets[i - 1])) throw new Error("offsets must increase");
+		return offsets;
+	} catch (err) {
+		throw new ConfigError(`Invalid configuration: ${name}: ${(err as Error).message}`);
+	}
+}
+
+/** Validates the environment. Throws ConfigError naming every bad variable. */
+export function parseConfig(env: NodeJS.ProcessEnv | Env = process.env): AppConfig {
+	// Empty strings mean "unset", as they do in most shells and compose files.
+	const cleaned = Object.fromEntries(Object.entries(env).filter(([, value]) => value !== undefined && value !== ""));
+	const result = EnvSchema.safeParse(cleaned);
+	if (!result.success) {
+		const lines = result.error.issues.map(issue => `  ${issue.path.join(".")}: ${issue.message}`);
+		throw new ConfigError(`Invalid configuration:\n${lines.join("\n")}`);
+	}
+	const parsed = result.data;
+	return {
+		...parsed,
+		production: parsed.NODE_ENV === "production",
+		DELIVERY_RETRY_SCHEDULE: scheduleFrom("DELIVERY_RETRY_SCHEDULE", parsed.DELIVERY_RETRY_SCHEDULE),
+		MAIL_RETRY_SCHEDULE: scheduleFrom("MAIL_RETRY_SCHEDULE", parsed.MAIL_RETRY_SCHEDULE),
+	};
+}
+
+interface GeneratedSecrets {
+	AUTH_JWT_SECRET: string;
+	SECRETS_KEY: string;
+}
+
+/**
+ * Fills AUTH_JWT_SECRET and SECRETS_KEY. In production both must be configured (unless JWKS
+ * is used for auth); elsewhere a missing one is generated once into DATA_DIR/secrets.json.
+ * Returns the names of the secrets that were generated, so the caller can warn about them.
+ */
+export function resolveSecrets(config: AppConfig): string[] {
+	const needsJwtSecret = !config.AUTH_JWKS_URL;
+	const missing = [
+		...(needsJwtSecret && !config.AUTH_JWT_SECRET ? ["AUTH_JWT_SECRET (or AUTH_JWKS_URL)"] : []),
+		...(!config.SECRETS_KEY ? ["SECRETS_KEY"] : []),
+	];
+	if (missing.length === 0) return [];
+	if (config.production) {
+		throw new ConfigError(`Invalid configuration: NODE_ENV=production requires ${missing.join(" and ")}`);
+	}
+	const file = path.join(config.DATA_DIR, "secrets.json");
+	let stored: Partial<GeneratedSecrets> = {};
+	if (fs.existsSync(file)) stored = JSON.parse(fs.readFileSync(file, "utf8")) as Partial<GeneratedSecrets>;
+	const generated: string[] = [];
+	if (!stored.AUTH_JWT_SECRET) {
+		stored.AUTH_JWT_SECRET = crypto.randomBytes(32).toString("base64url");
+		generated.push("AUTH_JWT_SECRET");
+	}
+	if (!stored.SECRETS_KEY) {
+		stored.SECRETS_KEY = crypto.randomBytes(32).toString("base64");
+		generated.push("SECRETS_KEY");
+	}
+	if (generated.length) {
+		fs.mkdirSync(config.DATA_DIR, { recursive: true });
+		fs.writeFileSync(file, JSON.stringify(stored, null, 2), { mode: 0o600 });
+	}
+	if (!config.AUTH_JWT_SECRET && needsJwtSecret) config.AUTH_JWT_SECRET = stored.AUTH_JWT_SECRET;
+	if (!config.SECRETS_KEY) config.SECRETS_KEY = stored.SECRETS_KEY;
+	return generated.map(name => `${name} (generated into ${file})`);
+}
+
+/** parseConfig + resolveSecrets: what a process needs before it starts a broker. */
+export function loadConfig(env: NodeJS.ProcessEnv | Env = process.env): { config: AppConfig; warnings: string[] } {
+	const config = parseConfig(env);
+	const generated = resolveSecrets(config);
+	const warnings = generated.length ? [`Using secrets kept under DATA_DIR, not for production: ${generated.join(", ")}`] : [];
+	return { config, warnings };
+}
+
+// Services find the configuration through their broker, so that tests can run several brokers
+// with different settings in one process.
+const configByBroker = new WeakMap<ServiceBroker, AppConfig>();
+
+export function attachConfig(broker: ServiceBroker, config: AppConfig): void {
+	configByBroker.set(broker, config);
+}
+
+export function configOf(broker: ServiceBroker): AppConfig {
+	let config = configByBroker.get(broker);
+	if (!config) {
+		config = loadConfig(process.env).config;
+		configByBroker.set(broker, config);
+	}
+	return config;
+}

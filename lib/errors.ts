@@ -1,0 +1,120 @@
+// Errors that services throw and the gateway turns into RFC 9457 problem details.
+// Services speak in these classes; only the gateway knows about HTTP headers and bodies.
+import { Errors } from "moleculer";
+
+export interface FieldProblem {
+	path: string;
+	message: string;
+}
+
+const { MoleculerClientError } = Errors;
+
+/** A client error with an HTTP-ish status code and a stable type slug. */
+export class ClientProblem extends MoleculerClientError {
+	constructor(status: number, slug: string, message: string, data?: unknown) {
+		super(message, status, slug, data);
+	}
+}
+
+export class NotFoundError extends ClientProblem {
+	constructor(what = "Resource") {
+		super(404, "not-found", `${what} not found`);
+	}
+}
+
+export class ConflictError extends ClientProblem {
+	constructor(message: string) {
+		super(409, "conflict", message);
+	}
+}
+
+export class PreconditionFailedError extends ClientProblem {
+	constructor(message = "The resource has changed since it was read (ETag mismatch)") {
+		super(412, "precondition-failed", message);
+	}
+}
+
+/** 422 with the `errors` list that API.md asks for. */
+export class UnprocessableError extends ClientProblem {
+	constructor(message: string, errors: FieldProblem[]) {
+		super(422, "validation-error", message, errors);
+	}
+}
+
+export function invalidField(path: string, message: string): UnprocessableError {
+	return new UnprocessableError(message, [{ path, message }]);
+}
+
+export interface Problem {
+	type: string;
+	title: string;
+	status: number;
+	detail: string;
+	errors?: FieldProblem[];
+}
+
+const TITLES: Record<number, [slug: string, title: string]> = {
+	400: ["invalid-json", "Bad Request"],
+	401: ["unauthorized", "Unauthorized"],
+	403: ["forbidden", "Forbidden"],
+	404: ["not-found", "Not Found"],
+	405: ["method-not-allowed", "Method Not Allowed"],
+	409: ["conflict", "Conflict"],
+	412: ["precondition-failed", "Precondition Failed"],
+	413: ["payload-too-large", "Payload Too Large"],
+	415: ["unsupported-media-type", "Unsupported Media Type"],
+	422: ["validation-error", "Unprocessable Content"],
+	429: ["rate-limited", "Too Many Requests"],
+	500: ["internal", "Internal Server Error"],
+	503: ["service-unavailable", "Service Unavailable"],
+};
+
+export const PROBLEM_TYPE_PREFIX = "urn:problem:";
+
+// Error names and codes that mean "a dependency is down" rather than "our bug".
+const UNAVAILABLE_NAMES = new Set([
+	"ServiceNotFoundError",
+	"ServiceUnavailableError",
+	"ServiceNotAvailableError",
+	"RequestTimeoutError",
+	"BrokerDisconnectedError",
+	"KnexTimeoutError",
+	"QueueIsFullError",
+]);
+const UNAVAILABLE_CODES = new Set(["ECONNREFUSED", "ECONNRESET", "ETIMEDOUT", "EHOSTUNREACH", "ENOTFOUND", "57P01", "57P03", "SQLITE_BUSY", "SQLITE_CANTOPEN"]);
+
+export function isDependencyFailure(err: unknown): boolean {
+	if (!err || typeof err !== "object") return false;
+	const candidate = err as { name?: string; code?: unknown; message?: string };
+	if (candidate.name && UNAVAILABLE_NAMES.has(candidate.name)) return true;
+	if (candidate.code === 503) return true;
+	if (typeof candidate.code === "string" && UNAVAILABLE_CODES.has(candidate.code)) return true;
+	return /Connection terminated|connect ECONNREFUSED|pool is probably full|database is locked/i.test(candidate.message ?? "");
+}
+
+function problem(status: number, detail: string, slug?: string, errors?: FieldProblem[]): Problem {
+	const [defaultSlug, title] = TITLES[status] ?? TITLES[500];
+	return { type: PROBLEM_TYPE_PREFIX + (slug ?? defaultSlug), title, status, detail, ...(errors ? { errors } : {}) };
+}
+
+/**
+ * Maps any error to a problem. Client errors keep their message; everything else becomes a
+ * generic 500 or 503 so that no stack trace, SQL or host name reaches a client.
+ */
+export function toProblem(err: unknown): Problem {
+	if (isDependencyFailure(err)) {
+		return problem(503, "A dependency of this service is unavailable. Nothing was changed; try again shortly.");
+	}
+	const candidate = (err ?? {}) as { code?: unknown; type?: unknown; message?: string; data?: unknown; name?: string };
+	const status = typeof candidate.code === "number" ? candidate.code : 500;
+	if (status === 422 || candidate.name === "ValidationError") {
+		const detail = candidate.message || "The request failed validation";
+		const listed = Array.isArray(candidate.data) ? (candidate.data as FieldProblem[]).map(({ path, message }) => ({ path, message })) : [];
+		return problem(422, detail, "validation-error", listed.length ? listed : [{ path: "", message: detail }]);
+	}
+	if (status >= 400 && status < 500 && TITLES[status]) {
+		const slug = typeof candidate.type === "string" && /^[a-z][a-z-]*$/.test(candidate.type) ? candidate.type : undefined;
+		return problem(status, candidate.message ?? TITLES[status][1], slug);
+	}
+	return problem(500, "An unexpected error occurred. It has been logged.");
+}

@@ -1,0 +1,34 @@
+// Prometheus metrics, one registry per broker so that tests can run several brokers in one process.
+import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from "prom-client";
+import type { ServiceBroker } from "moleculer";
+
+const registries = new WeakMap<ServiceBroker, Registry>();
+
+export function metricsOf(broker: ServiceBroker): Registry {
+	let registry = registries.get(broker);
+	if (!registry) {
+		registry = new Registry();
+		registries.set(broker, registry);
+	}
+	return registry;
+}
+
+export function enableProcessMetrics(broker: ServiceBroker): void {
+	collectDefaultMetrics({ register: metricsOf(broker) });
+}
+
+type MetricConstructor<M> = new (config: { name: string; help: string; labelNames?: string[]; registers: Registry[]; buckets?: number[] }) => M;
+
+function getOrCreate<M>(broker: ServiceBroker, Kind: MetricConstructor<M>, name: string, help: string, labelNames: string[] = [], buckets?: number[]): M {
+	const registry = metricsOf(broker);
+	const existing = registry.getSingleMetric(name);
+	if (existing) return existing as unknown as M;
+	return new Kind({ name, help, labelNames, registers: [registry], ...(buckets ? { buckets } : {}) });
+}
+
+export const counter = (broker: ServiceBroker, name: string, help: string, labelNames?: string[]) =>
+	getOrCreate<Counter<string>>(broker, Counter as MetricConstructor<Counter<string>>, name, help, labelNames);
+export const gauge = (broker: ServiceBroker, name: string, help: string, labelNames?: string[]) =>
+	getOrCreate<Gauge<string>>(broker, Gauge as MetricConstructor<Gauge<string>>, name, help, labelNames);
+export const histogram = (broker: ServiceBroker, name: string, help: string, labelNames?: string[], buckets?: number[]) =>
+	getOrCreate<Histogram<string>>(broker, Histogram as MetricConstructor<Histogram<string>>, name, help, labelNames, buckets);

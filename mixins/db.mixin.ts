@@ -1,0 +1,131 @@
+// Database access for services that own tables. One knex instance per process and database
+// is shared by every local service: on SQLite that makes this process the single writer
+// (a pool of one connection, WAL), on PostgreSQL it shares one connection pool.
+// Each service runs its own migrations, recorded in its own knex migrations table.
+import path from "node:path";
+import fs from "node:fs";
+import knex, { type Knex } from "knex";
+import type { Service, ServiceSchema, ServiceSettingSchema } from "moleculer";
+import { configOf, type AppConfig } from "../lib/config";
+
+export interface Migration {
+	name: string;
+	up(db: Knex): Promise<void>;
+	down(db: Knex): Promise<void>;
+}
+
+interface SharedConnection {
+	db: Knex;
+	users: number;
+}
+
+const connections = new Map<string, SharedConnection>();
+
+function connectionKey(config: AppConfig): string {
+	return config.DATABASE_URL ? `${config.DATABASE_URL}#${config.DATABASE_SCHEMA ?? "public"}` : path.resolve(config.DATA_DIR, "service.sqlite");
+}
+
+export function isPostgres(db: Knex): boolean {
+	return db.client.config.client === "pg";
+}
+
+function createKnex(config: AppConfig): Knex {
+	if (config.DATABASE_URL) {
+		const schema = config.DATABASE_SCHEMA;
+		return knex({
+			client: "pg",
+			connection: config.DATABASE_URL,
+			searchPath: schema ? [schema] : undefined,
+			pool: {
+				min: 0,
+				max: 10,
+				// Create the schema lazily so each test run (or tenant deployment) can have its own.
+				afterCreate: (conn: { query: (sql: string, cb: (err?: Error) => void) => void }, done: (err?: Error) => void) => {
+					if (!schema) return done();
+					conn.query(`CREATE SCHEMA IF NOT EXISTS "${schema}"`, err => done(err));
+				},
+			},
+			acquireConnectionTimeout: 10_000,
+		});
+	}
+	fs.mkdirSync(config.DATA_DIR, { recursive: true });
+	return knex({
+		client: "better-sqlite3",
+		connection: { filename: path.resolve(config.DATA_DIR, "service.sqlite") },
+		useNullAsDefault: true,
+		pool: {
+			min: 1,
+			max: 1,
+			afterCreate: (conn: { pragma: (sql: string) => unknown }, done: (err?: Error) => void) => {
+				conn.pragma("journal_mode = WAL");
+				conn.pragma("synchronous = NORMAL");
+				conn.pragma("busy_timeout = 5000");
+				conn.pragma("foreign_keys = ON");
+				done();
+			},
+		},
+	});
+}
+
+/** Takes a reference on the process-wide knex instance for this configuration. */
+export function acquireDatabase(config: AppConfig): Knex {
+	const key = connectionKey(config);
+	let shared = connections.get(key);
+	if (!shared) {
+		shared = { db: createKnex(config), users: 0 };
+		connections.set(key, shared);
+	}
+	shared.users += 1;
+	return shared.db;
+}
+
+export async function releaseDatabase(config: AppConfig): Promise<void> {
+	const key = connectionKey(config);
+	const shared = connections.get(key);
+	if (!shared) return;
+	shared.users -= 1;
+	if (shared.users <= 0) {
+		connections.delete(key);
+		await shared.db.destroy();
+	}
+}
+
+export async function runMigrations(db: Knex, owner: string, migrations: Migration[]): Promise<void> {
+	await db.migrate.latest({
+		tableName: `knex_migrations_${owner}`,
+		migrationSource: {
+			getMigrations: async () => migrations,
+			getMigrationName: (migration: Migration) => migration.name,
+			getMigration: async (migration: Migration) => migration,
+		},
+	});
+}
+
+/** ISO 8601 UTC text for timestamps: the same representation on SQLite and PostgreSQL. */
+export function nowIso(): string {
+	return new Date().toISOString();
+}
+
+export interface DbServiceThis extends Service {
+	db: Knex;
+	config: AppConfig;
+}
+
+/**
+ * Gives a service `this.db` and `this.config`, and runs its migrations before it starts.
+ * `owner` names the migrations table, so each service's schema history stays its own.
+ */
+export function DbMixin(owner: string, migrations: Migration[]): Partial<ServiceSchema<ServiceSettingSchema, DbServiceThis>> {
+	return {
+		created(this: DbServiceThis) {
+			this.config = configOf(this.broker);
+			this.db = acquireDatabase(this.config);
+		},
+		async started(this: DbServiceThis) {
+			await runMigrations(this.db, owner, migrations);
+		},
+		async stopped(this: DbServiceThis) {
+			await releaseDatabase(this.config);
+		},
+	};
+}

@@ -1,0 +1,36 @@
+// Broker options derived from the validated configuration. The same code runs embedded (no
+// transporter: all services in one process) and distributed (NATS between processes).
+import type { BrokerOptions } from "moleculer";
+import type { AppConfig } from "./lib/config";
+import { ZodValidator } from "./mixins/validation";
+
+export function brokerOptions(config: AppConfig, overrides: Partial<BrokerOptions> = {}): BrokerOptions {
+	return {
+		namespace: config.NAMESPACE,
+		nodeID: config.NODE_ID,
+		transporter: config.TRANSPORTER ? { type: "NATS", options: { url: config.TRANSPORTER } } : undefined,
+		logger: {
+			type: "Console",
+			options: { level: config.LOG_LEVEL, formatter: "short", colors: process.stdout.isTTY },
+		},
+		serializer: "JSON",
+		requestTimeout: 30_000,
+		retryPolicy: { enabled: false },
+		// A caller waiting on a dead node should fail over quickly rather than hang.
+		heartbeatInterval: 5,
+		heartbeatTimeout: 15,
+		tracking: { enabled: true, shutdownTimeout: 10_000 },
+		// Keep local calls local: disableBalancer would route them over NATS too.
+		disableBalancer: false,
+		registry: { strategy: "RoundRobin", preferLocal: true },
+		circuitBreaker: { enabled: false },
+		validator: new ZodValidator(),
+		metrics: { enabled: false },
+		errorHandler(err) {
+			throw err;
+		},
+		...overrides,
+	};
+}
+
+export default brokerOptions;

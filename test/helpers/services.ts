@@ -1,0 +1,49 @@
+// Which external servers the suites can use. In CI (CI=true) PostgreSQL and NATS must be up:
+// a suite that needs them fails rather than skips. On a laptop without them it skips, saying so.
+import net from "node:net";
+
+export const TEST_DATABASE_URL = process.env.TEST_DATABASE_URL ?? "postgres://postgres@127.0.0.1:5432/test";
+export const TEST_NATS_URL = process.env.TEST_NATS_URL ?? "nats://127.0.0.1:4222";
+
+function canConnect(url: string, defaultPort: number): Promise<boolean> {
+	const { hostname, port } = new URL(url);
+	return new Promise(resolve => {
+		const socket = net.connect({ host: hostname, port: Number(port || defaultPort) });
+		const done = (ok: boolean) => {
+			socket.destroy();
+			resolve(ok);
+		};
+		socket.setTimeout(1_000, () => done(false));
+		socket.once("connect", () => done(true));
+		socket.once("error", () => done(false));
+	});
+}
+
+const inCi = process.env.CI === "true" || process.env.CI === "1";
+
+async function required(name: string, url: string, port: number): Promise<boolean> {
+	if (await canConnect(url, port)) return true;
+	if (inCi) throw new Error(`${name} is not reachable at ${url}, and CI requires the ${name} suites to run`);
+	console.warn(`Skipping ${name} suites: nothing answers at ${url} (set CI=true to make this an error)`);
+	return false;
+}
+
+let postgres: Promise<boolean> | undefined;
+let nats: Promise<boolean> | undefined;
+
+export const postgresAvailable = () => (postgres ??= required("PostgreSQL", TEST_DATABASE_URL, 5432));
+export const natsAvailable = () => (nats ??= required("NATS", TEST_NATS_URL, 4222));
+
+export type DatabaseKind = "sqlite" | "postgres";
+
+/**
+ * The databases a suite should run against. Jest collects tests synchronously, so this reads a
+ * value probed in the global setup (test/helpers/global-setup.ts) through the environment.
+ */
+export function testDatabases(): DatabaseKind[] {
+	return process.env.TEST_POSTGRES === "yes" ? ["sqlite", "postgres"] : ["sqlite"];
+}
+
+export function natsEnabled(): boolean {
+	return process.env.TEST_NATS === "yes";
+}

@@ -1,0 +1,135 @@
+// Starts the real service stack (real gateway on an ephemeral port, real database) for a test.
+import fs from "node:fs";
+import os from "node:os";
+import path from "node:path";
+import crypto from "node:crypto";
+import knex, { type Knex } from "knex";
+import { createApp, type App } from "../../app";
+import { parseConfig, resolveSecrets, type AppConfig, type ServiceName } from "../../lib/config";
+import { mintToken, type TokenRequest } from "../../lib/auth";
+import { TEST_DATABASE_URL, type DatabaseKind } from "./services";
+
+export interface StackOptions {
+	services?: ServiceName[];
+	database?: DatabaseKind;
+	env?: Record<string, string>;
+	/** Reuse an existing data directory / schema (restart tests). */
+	dataDir?: string;
+	schema?: string;
+}
+
+export interface Stack {
+	app: App;
+	config: AppConfig;
+	baseUrl: string;
+	dataDir: string;
+	schema?: string;
+	/** A separate knex connection for assertions on what the services wrote. */
+	db: Knex;
+	token(sub: string, extra?: Omit<TokenRequest, "sub">): Promise<string>;
+	request(method: string, urlPath: string, options?: RequestOptions): Promise<TestResponse>;
+	/** Stops the services but keeps the data (for restart tests). */
+	stopServices(): Promise<void>;
+	/** Stops everything and removes the data. */
+	stop(): Promise<void>;
+}
+
+export interface RequestOptions {
+	token?: string;
+	/** An object is sent as JSON; a string is sent as-is (for malformed bodies). */
+	body?: unknown;
+	headers?: Record<string, string>;
+}
+
+export interface TestResponse {
+	status: number;
+	headers: Headers;
+	body: any;
+	text: string;
+}
+
+export async function startStack(options: StackOptions = {}): Promise<Stack> {
+	const dataDir = options.dataDir ?? fs.mkdtempSync(path.join(os.tmpdir(), "swh-test-"));
+	const schema = options.database === "postgres" ? (options.schema ?? `t_${crypto.randomBytes(6).toString("hex")}`) : undefined;
+	const env: Record<string, string> = {
+		NODE_ENV: "test",
+		PORT: "0",
+		HOST: "127.0.0.1",
+		DATA_DIR: dataDir,
+		LOG_LEVEL: "warn",
+		RATE_LIMIT_PER_MINUTE: "100000",
+		SERVICES: (options.services ?? ["api", "topics", "webhooks", "users", "dispatcher", "notifier"]).join(","),
+		...(schema ? { DATABASE_URL: TEST_DATABASE_URL, DATABASE_SCHEMA: schema } : {}),
+		...options.env,
+	};
+	const config = parseConfig(env);
+	resolveSecrets(config);
+	const app = createApp(config, {
+		broker: {
+			logger: process.env.TEST_LOGS ? { type: "Console", options: { level: process.env.TEST_LOGS } } : false,
+		},
+	});
+	await app.start();
+	const port = app.apiPort();
+	const baseUrl = `http://127.0.0.1:${port ?? 0}`;
+	const db = schema
+		? knex({ client: "pg", connection: TEST_DATABASE_URL, searchPath: [schema], pool: { min: 0, max: 2 } })
+		: knex({ client: "better-sqlite3", connection: { filename: path.join(dataDir, "service.sqlite") }, useNullAsDefault: true });
+
+	let servicesStopped = false;
+	const stack: Stack = {
+		app,
+		config,
+		baseUrl,
+		dataDir,
+		schema,
+		db,
+		token: (sub, extra = {}) => mintToken(config, { sub, ...extra }),
+		async request(method, urlPath, requestOptions = {}) {
+			const headers: Record<string, string> = { ...requestOptions.headers };
+			if (requestOptions.token) headers.authorization = `Bearer ${requestOptions.token}`;
+			let body: string | undefined;
+			if (typeof requestOptions.body === "string") body = requestOptions.body;
+			else if (requestOptions.body !== undefined) {
+				body = JSON.stringify(requestOptions.body);
+				headers["content-type"] ??= "application/json";
+			}
+			const response = await fetch(baseUrl + urlPath, { method, headers, body });
+			const text = await response.text();
+			let parsed: unknown = undefined;
+			try {
+				parsed = text ? JSON.parse(text) : undefined;
+			} catch {
+				parsed = text;
+			}
+			return { status: response.status, headers: response.headers, body: parsed, text };
+		},
+		async stopServices() {
+			if (servicesStopped) return;
+			servicesStopped = true;
+			await app.stop();
+		},
+		async stop() {
+			await stack.stopServices();
+			if (schema && !options.schema) await db.raw(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`);
+			await db.destroy();
+			if (!options.dataDir) fs.rmSync(dataDir, { recursive: true, force: true });
+		},
+	};
+	return stack;
+}
+
+/** A snapshot of every table's rows, to prove that a rejected request changed nothing. */
+export async function snapshotTables(db: Knex, tables: string[]): Promise<Record<string, unknown[]>> {
+	const snapshot: Record<string, unknown[]> = {};
+	for (const table of tables) snapshot[table] = await db(table).select().orderBy(Object.keys((await db(table).columnInfo()))[0]);
+	return snapshot;
+}
+
+export function expectProblem(response: TestResponse, status: number): void {
+	expect({ status: response.status, contentType: response.headers.get("content-type") }).toEqual({
+		status,
+		contentType: expect.stringContaining("application/problem+json"),
+	});
+	expect(response.body).toMatchObject({ type: expect.any(String), title: expect.any(String), status, detail: expect.any(String) });
+}
