@@ -139,6 +139,24 @@ const ApiService: ServiceSchema<ServiceSettingSchema, ApiThis> = {
 					return status === 204 ? null : data;
 				},
 			},
+			{
+				// RFC 8058 one-click unsubscribe links from notification emails. No bearer token:
+				// the signed, expiring token in the link is the credential.
+				path: "/email",
+				mappingPolicy: "restrict",
+				autoAliases: false,
+				bodyParsers: { json: false, urlencoded: { extended: false, limit: "4kb" } },
+				aliases: {
+					"GET /unsubscribe": "notifier.unsubscribePage",
+					"POST /unsubscribe": "notifier.unsubscribe",
+				},
+				rateLimit: {
+					window: 60_000,
+					limit: 60,
+					headers: true,
+					key: (req: IncomingMessage) => req.socket.remoteAddress ?? "anonymous",
+				},
+			},
 		],
 		onError(this: ApiThis, req: GatewayRequest, res: ServerResponse, err: unknown) {
 			this.sendProblem(req, res, err);

@@ -1,0 +1,43 @@
+// The `tasking.order_status` event that other microservices emit (API.md, "Events from other
+// services"). Both the dispatcher and the notifier validate with this one schema.
+import { z } from "zod";
+
+/** User and customer ids: the same shape the gateway accepts from token claims. */
+export const ExternalId = z.string().regex(/^[\w.@|:+-]{1,200}$/, "must be 1..200 characters of letters, digits and . @ | : + - _");
+
+export const ORDER_STATUSES = ["committed", "staged", "in progress", "fulfilled", "failed", "rejected", "cancelled", "expired"] as const;
+export type OrderStatus = (typeof ORDER_STATUSES)[number];
+
+/** Statuses that produce an email to an opted-in owner. */
+export const EMAIL_STATUSES: ReadonlySet<OrderStatus> = new Set<OrderStatus>(["fulfilled", "failed", "expired"]);
+
+const MAX_DETAILS_BYTES = 16 * 1024;
+
+const OrderStatusValue = z
+	.string()
+	.max(50)
+	.transform(text => text.trim().toLowerCase())
+	.pipe(z.enum(ORDER_STATUSES, { message: `must be one of: ${ORDER_STATUSES.join(", ")}` }));
+
+/**
+ * Unknown top-level fields are ignored (tolerant reader): producers may add fields without
+ * breaking consumers. Everything we use is checked.
+ */
+export const TaskingOrderStatusEvent = z.object({
+	event_id: z.uuid({ message: "must be a UUID" }).optional(),
+	customer_id: ExternalId.optional(),
+	user_id: ExternalId,
+	order_id: z.string().trim().min(1).max(200),
+	status: OrderStatusValue,
+	previous_status: OrderStatusValue.optional(),
+	order_name: z.string().max(500).optional(),
+	occurred_at: z.iso.datetime({ offset: true, message: "must be an ISO 8601 timestamp" }).optional(),
+	details: z
+		.record(z.string(), z.unknown())
+		.refine(details => Buffer.byteLength(JSON.stringify(details)) <= MAX_DETAILS_BYTES, `must serialise to at most ${MAX_DETAILS_BYTES} bytes`)
+		.optional(),
+});
+export type TaskingOrderStatusEvent = z.output<typeof TaskingOrderStatusEvent>;
+
+export const TASKING_ORDER_STATUS_EVENT = "tasking.order_status";
+export const TASKING_ORDER_STATUS_TOPIC = "tasking:order_status";
