@@ -1,0 +1,248 @@
+// The HTTPS transport of webhook deliveries: one signed POST per attempt, judged by its answer,
+// with an SSRF guard at connect time. It never throws for network trouble; every attempt ends in
+// a DeliveryOutcome the dispatcher can store and show.
+//
+// SSRF guard: the destination's addresses are checked inside the undici connector, on the very
+// lookup whose answer the socket then connects to, so a DNS answer that changes between a check
+// and the connection (rebinding) cannot slip through. IP-literal hosts skip DNS in Node, so they
+// are checked before any socket is opened. A refused attempt sends no packet to the address.
+import dns from "node:dns";
+import fs from "node:fs";
+import tls from "node:tls";
+import { performance } from "node:perf_hooks";
+import { Agent, buildConnector, request } from "undici";
+import { isBlockedAddress, isIpLiteral, parseAllowList, type AllowList } from "./address-ranges";
+import { signMessage, unixSeconds } from "./signing";
+import { version } from "../package.json";
+
+export type DeliveryErrorKind = "http_status" | "timeout" | "unreachable" | "blocked";
+
+export interface DeliveryRequest {
+	url: string;
+	messageId: string;
+	body: string;
+	secrets: string[];
+	timeoutMs: number;
+}
+
+export interface DeliveryOutcome {
+	success: boolean; // true only for HTTP 200
+	statusCode: number | null; // what the receiver answered, null if none
+	errorKind: DeliveryErrorKind | null;
+	title: "HTTP Status Error" | "Timeout" | "Unreachable" | "Blocked" | null;
+	detail: string; // short reason in OUR words, never the receiver's body
+	durationMs: number;
+	responseExcerpt: string | null; // at most 4 KiB of the response body, for the DB only
+	attemptedAt: string; // ISO
+}
+
+export interface WebhookSenderOptions {
+	allowNets: string[];
+	caFile?: string;
+	userAgent?: string;
+	connectionsPerOrigin?: number;
+}
+
+export const RESPONSE_EXCERPT_BYTES = 4096;
+export const DEFAULT_USER_AGENT = `satellite-webhooks/${version}`;
+
+const TITLES = {
+	http_status: "HTTP Status Error",
+	timeout: "Timeout",
+	unreachable: "Unreachable",
+	blocked: "Blocked",
+} as const;
+
+// The per-attempt deadline (an abort signal) is what normally ends a slow connect; this only
+// bounds a socket that keeps trying after its request was abandoned.
+const CONNECT_BACKSTOP_MS = 60_000;
+const KEEP_ALIVE_MS = 30_000;
+
+/** Raised inside the connector when a destination address is refused. */
+class BlockedAddressError extends Error {
+	readonly code = "ERR_WEBHOOK_BLOCKED_ADDRESS";
+	constructor() {
+		super("destination address is in a blocked range");
+	}
+}
+
+type LookupCallback = (error: NodeJS.ErrnoException | null, address: string | dns.LookupAddress[], family?: number) => void;
+
+/** dns.lookup that refuses the whole answer when ANY of its addresses is blocked. */
+function guardedLookup(allow: AllowList) {
+	return (hostname: string, options: dns.LookupOptions, callback: LookupCallback): void => {
+		dns.lookup(hostname, { ...options, all: true }, (error, addresses) => {
+			if (error) return callback(error, []);
+			if (addresses.length === 0) return callback(Object.assign(new Error(`no address for ${hostname}`), { code: "ENOTFOUND" }), []);
+			if (addresses.some(entry => isBlockedAddress(entry.address, allow))) return callback(new BlockedAddressError(), []);
+			if (options.all) return callback(null, addresses);
+			callback(null, addresses[0].address, addresses[0].family);
+		});
+	};
+}
+
+function trustedCertificates(caFile: string | undefined): string[] | undefined {
+	if (!caFile) return undefined;
+	let pem: string;
+	try {
+		pem = fs.readFileSync(caFile, "utf8");
+	} catch (error) {
+		throw new Error(`WEBHOOK_CA_FILE: cannot read ${caFile}: ${(error as Error).message}`);
+	}
+	if (!pem.includes("-----BEGIN CERTIFICATE-----")) throw new Error(`WEBHOOK_CA_FILE: ${caFile} holds no PEM certificate`);
+	return [...tls.rootCertificates, pem];
+}
+
+/** Walks an error and its causes (AggregateError from Happy Eyeballs included) for a code. */
+function errorCodes(error: unknown): string[] {
+	const codes: string[] = [];
+	const seen = new Set<unknown>();
+	const visit = (value: unknown) => {
+		if (!value || typeof value !== "object" || seen.has(value)) return;
+		seen.add(value);
+		const { code, cause, errors } = value as { code?: unknown; cause?: unknown; errors?: unknown };
+		if (typeof code === "string") codes.push(code);
+		visit(cause);
+		if (Array.isArray(errors)) errors.forEach(visit);
+	};
+	visit(error);
+	return codes;
+}
+
+const TLS_CODE = /CERT|SSL|TLS|SELF_SIGNED|UNABLE_TO_(GET|VERIFY)|HOSTNAME|ALTNAME/;
+
+/** Our words for a failure that produced no HTTP answer. */
+function describeNetworkFailure(error: unknown): { kind: DeliveryErrorKind; detail: string } {
+	const codes = errorCodes(error);
+	const has = (...wanted: string[]) => codes.some(code => wanted.includes(code));
+	if (has("ERR_WEBHOOK_BLOCKED_ADDRESS")) return { kind: "blocked", detail: "The URL's host resolves to an address in a blocked range (private, loopback, link-local or reserved)" };
+	if (has("UND_ERR_CONNECT_TIMEOUT", "UND_ERR_HEADERS_TIMEOUT", "UND_ERR_BODY_TIMEOUT", "ETIMEDOUT")) return { kind: "timeout", detail: "No response before the time limit" };
+	if (has("ENOTFOUND", "EAI_AGAIN", "EAI_FAIL", "EAI_NONAME", "EAI_NODATA")) return { kind: "unreachable", detail: "The URL's host name could not be resolved" };
+	if (has("ECONNREFUSED")) return { kind: "unreachable", detail: "Connection refused" };
+	if (has("EHOSTUNREACH", "ENETUNREACH", "EADDRNOTAVAIL")) return { kind: "unreachable", detail: "No route to the host" };
+	if (codes.some(code => TLS_CODE.test(code))) return { kind: "unreachable", detail: "TLS handshake failed: the server's certificate is not trusted or does not match the host" };
+	if (has("ECONNRESET", "EPIPE", "UND_ERR_SOCKET", "UND_ERR_CLOSED")) return { kind: "unreachable", detail: "The connection was closed before a response arrived" };
+	if (codes.some(code => code.startsWith("HPE_")) || has("UND_ERR_HEADERS_OVERFLOW", "UND_ERR_RES_CONTENT_LENGTH_MISMATCH")) return { kind: "unreachable", detail: "The server sent a malformed HTTP response" };
+	return { kind: "unreachable", detail: "Could not connect to the URL" };
+}
+
+function formatSeconds(ms: number): string {
+	return `${Number((ms / 1000).toFixed(3))} s`;
+}
+
+/** Reads at most `limit` bytes, then drops the rest (and the connection, if more was coming). */
+async function readExcerpt(body: AsyncIterable<Buffer> & { destroy(): unknown }, limit: number): Promise<string> {
+	const chunks: Buffer[] = [];
+	let size = 0;
+	try {
+		for await (const chunk of body) {
+			chunks.push(chunk);
+			size += chunk.length;
+			if (size >= limit) break;
+		}
+	} catch {
+		// A body cut short (deadline, reset) still leaves whatever arrived as the excerpt.
+	} finally {
+		body.destroy();
+	}
+	// PostgreSQL text cannot hold NUL; a cut multi-byte character decodes as U+FFFD.
+	return Buffer.concat(chunks).subarray(0, limit).toString("utf8").replace(/\u0000/g, "");
+}
+
+export class WebhookSender {
+	private readonly allow: AllowList;
+	private readonly userAgent: string;
+	private readonly agent: Agent;
+
+	constructor(options: WebhookSenderOptions) {
+		this.allow = parseAllowList(options.allowNets);
+		this.userAgent = options.userAgent ?? DEFAULT_USER_AGENT;
+		const connect = buildConnector({
+			ca: trustedCertificates(options.caFile),
+			lookup: guardedLookup(this.allow),
+			timeout: CONNECT_BACKSTOP_MS,
+		} as buildConnector.BuildOptions);
+		this.agent = new Agent({
+			connections: options.connectionsPerOrigin ?? 8,
+			keepAliveTimeout: KEEP_ALIVE_MS,
+			connect: (connectOptions, callback) => {
+				// Node connects to IP literals without calling lookup: check them here.
+				if (isIpLiteral(connectOptions.hostname) && isBlockedAddress(connectOptions.hostname, this.allow)) {
+					callback(new BlockedAddressError(), null);
+					return;
+				}
+				connect(connectOptions, callback);
+			},
+		});
+	}
+
+	async send(delivery: DeliveryRequest): Promise<DeliveryOutcome> {
+		const attemptedAt = new Date();
+		const started = performance.now();
+		const finish = (fields: Pick<DeliveryOutcome, "statusCode" | "errorKind" | "detail"> & { responseExcerpt?: string | null }): DeliveryOutcome => ({
+			success: fields.statusCode === 200,
+			statusCode: fields.statusCode,
+			errorKind: fields.errorKind,
+			title: fields.errorKind ? TITLES[fields.errorKind] : null,
+			detail: fields.detail,
+			durationMs: Math.round(performance.now() - started),
+			responseExcerpt: fields.responseExcerpt ?? null,
+			attemptedAt: attemptedAt.toISOString(),
+		});
+
+		const refusal = this.refuseUrl(delivery.url);
+		if (refusal) return finish(refusal);
+
+		const deadline = new AbortController();
+		const timer = setTimeout(() => deadline.abort(), delivery.timeoutMs);
+		try {
+			const response = await request(delivery.url, {
+				method: "POST",
+				dispatcher: this.agent,
+				signal: deadline.signal,
+				headersTimeout: delivery.timeoutMs,
+				bodyTimeout: delivery.timeoutMs,
+				headers: {
+					"content-type": "application/json",
+					"user-agent": this.userAgent,
+					"webhook-id": delivery.messageId,
+					"webhook-timestamp": String(unixSeconds(attemptedAt)),
+					"webhook-signature": signMessage(delivery.messageId, attemptedAt, delivery.body, delivery.secrets),
+				},
+				body: Buffer.from(delivery.body, "utf8"),
+			});
+			const statusCode = response.statusCode;
+			const responseExcerpt = await readExcerpt(response.body, RESPONSE_EXCERPT_BYTES);
+			if (statusCode === 200) return finish({ statusCode, errorKind: null, detail: "", responseExcerpt });
+			const redirect = statusCode >= 300 && statusCode < 400 ? " (redirects are not followed)" : "";
+			return finish({ statusCode, errorKind: "http_status", detail: `The URL answered HTTP ${statusCode}; only 200 counts as delivered${redirect}`, responseExcerpt });
+		} catch (error) {
+			if (deadline.signal.aborted) return finish({ statusCode: null, errorKind: "timeout", detail: `No response within ${formatSeconds(delivery.timeoutMs)}` });
+			const { kind, detail } = describeNetworkFailure(error);
+			return finish({ statusCode: null, errorKind: kind, detail: kind === "timeout" ? `No response within ${formatSeconds(delivery.timeoutMs)}` : detail });
+		} finally {
+			clearTimeout(timer);
+		}
+	}
+
+	/** Policy checks that need no network: scheme, credentials, IP-literal hosts. */
+	private refuseUrl(url: string): Pick<DeliveryOutcome, "statusCode" | "errorKind" | "detail"> | undefined {
+		let parsed: URL;
+		try {
+			parsed = new URL(url);
+		} catch {
+			return { statusCode: null, errorKind: "unreachable", detail: "The URL is not a valid absolute URL" };
+		}
+		if (parsed.protocol !== "https:") return { statusCode: null, errorKind: "blocked", detail: "Only https:// URLs are delivered to" };
+		if (parsed.username || parsed.password) return { statusCode: null, errorKind: "blocked", detail: "URLs with credentials are not delivered to" };
+		if (isIpLiteral(parsed.hostname) && isBlockedAddress(parsed.hostname, this.allow)) {
+			return { statusCode: null, errorKind: "blocked", detail: "The URL's address is in a blocked range (private, loopback, link-local or reserved)" };
+		}
+		return undefined;
+	}
+
+	/** Waits for attempts in flight, then closes every pooled connection. */
+	async close(): Promise<void> {
+		await this.agent.close();
+	}
+}
