@@ -96,6 +96,12 @@ const EnvSchema = z.object({
 	MAIL_FROM: z.string().default("Satellite Tasking <no-reply@localhost>"),
 	MAIL_RETRY_SCHEDULE: z.string().default("30s,2m,10m,30m,2h"),
 	UNSUBSCRIBE_TOKEN_TTL: duration("30d"),
+	SMTP_CA_FILE: z.string().optional(),
+	MAIL_PREFERENCES_URL: z.string().url().optional(),
+	MAIL_CONCURRENCY: positiveInt(4),
+	MAIL_POLL_INTERVAL: duration("1s"),
+	MAIL_LEASE: duration("60s"),
+	MAIL_SEND_TIMEOUT: duration("30s"),
 
 	WEBHOOK_ALLOW_NETS: csv,
 	WEBHOOK_CA_FILE: z.string().optional(),
