@@ -28,6 +28,11 @@ export function isIpLiteral(host: string): boolean {
 	return ipaddr.isValid(normalise(host));
 }
 
+// IANA has allocated only 2000::/3 for global unicast. ipaddr.js calls the unassigned rest
+// "unicast" too, including the deprecated IPv4-compatible ::a.b.c.d form (e.g. ::7f00:1, which
+// legacy automatic tunnels send to the IPv4 address it carries), so IPv6 must also fall inside it.
+const IPV6_GLOBAL_UNICAST = ipaddr.parseCIDR("2000::/3");
+
 function isAllowed(address: Address, allow: AllowList): boolean {
 	return allow.some(([range, bits]) => address.kind() === range.kind() && address.match(range, bits));
 }
@@ -48,5 +53,6 @@ export function isBlockedAddress(address: string, allow: AllowList = []): boolea
 		candidates.push((parsed as ipaddr.IPv6).toIPv4Address());
 	}
 	if (candidates.some(candidate => isAllowed(candidate, allow))) return false;
+	if (parsed.kind() === "ipv6" && !parsed.match(IPV6_GLOBAL_UNICAST)) return true;
 	return candidates.some(candidate => candidate.range() !== "unicast") || parsed.range() !== "unicast";
 }
