@@ -68,10 +68,15 @@ class BlockedAddressError extends Error {
 
 type LookupCallback = (error: NodeJS.ErrnoException | null, address: string | dns.LookupAddress[], family?: number) => void;
 
-/** dns.lookup that refuses the whole answer when ANY of its addresses is blocked. */
-function guardedLookup(allow: AllowList) {
+type Resolver = (hostname: string, options: dns.LookupAllOptions, callback: (error: NodeJS.ErrnoException | null, addresses: dns.LookupAddress[]) => void) => void;
+
+/**
+ * A `lookup` for net/tls.connect that refuses the whole answer when ANY of its addresses is
+ * blocked, and otherwise hands net exactly the addresses it checked. Exported for tests.
+ */
+export function guardedLookup(allow: AllowList, resolve: Resolver = dns.lookup) {
 	return (hostname: string, options: dns.LookupOptions, callback: LookupCallback): void => {
-		dns.lookup(hostname, { ...options, all: true }, (error, addresses) => {
+		resolve(hostname, { ...options, all: true }, (error, addresses) => {
 			if (error) return callback(error, []);
 			if (addresses.length === 0) return callback(Object.assign(new Error(`no address for ${hostname}`), { code: "ENOTFOUND" }), []);
 			if (addresses.some(entry => isBlockedAddress(entry.address, allow))) return callback(new BlockedAddressError(), []);
@@ -146,7 +151,7 @@ async function readExcerpt(body: AsyncIterable<Buffer> & { destroy(): unknown },
 		body.destroy();
 	}
 	// PostgreSQL text cannot hold NUL; a cut multi-byte character decodes as U+FFFD.
-	return Buffer.concat(chunks).subarray(0, limit).toString("utf8").replace(/\u0000/g, "");
+	return Buffer.concat(chunks).subarray(0, limit).toString("utf8").replaceAll("\u0000", "");
 }
 
 export class WebhookSender {
