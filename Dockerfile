@@ -1,0 +1,26 @@
+# One image for every role: the gateway, the dispatcher and the notifier differ only in SERVICES.
+# The full node:20 image (not -slim) carries python3, make and g++, which better-sqlite3 needs
+# when no prebuilt binary matches.
+FROM node:20-bookworm
+
+WORKDIR /app
+ENV NODE_ENV=production \
+	PORT=3000 \
+	OPS_PORT=3030 \
+	DATA_DIR=/data
+
+# Dependencies first, so that a code change does not reinstall them.
+COPY package.json package-lock.json .npmrc ./
+RUN npm ci --omit=dev --loglevel=warn
+
+COPY . .
+# DATA_DIR holds SQLite, generated secrets and .eml files in the embedded mode (`docker run`
+# without DATABASE_URL); mount a volume there to keep them.
+RUN mkdir -p /data && chown node:node /data
+VOLUME ["/data"]
+USER node
+
+EXPOSE 3000 3030
+HEALTHCHECK --interval=10s --timeout=3s --start-period=30s --retries=3 \
+	CMD ["node", "-e", "fetch('http://127.0.0.1:' + (process.env.OPS_PORT || 3030) + '/health').then(r => process.exit(r.ok ? 0 : 1), () => process.exit(1))"]
+CMD ["npm", "start"]
