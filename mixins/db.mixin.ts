@@ -42,7 +42,11 @@ function createKnex(config: AppConfig): Knex {
 				// Create the schema lazily so each test run (or tenant deployment) can have its own.
 				afterCreate: (conn: { query: (sql: string, cb: (err?: Error) => void) => void }, done: (err?: Error) => void) => {
 					if (!schema) return done();
-					conn.query(`CREATE SCHEMA IF NOT EXISTS "${schema}"`, err => done(err));
+					// Connections opened at the same moment race on IF NOT EXISTS; the loser's unique
+					// violation (23505) or duplicate_schema (42P06) means the schema is there.
+					conn.query(`CREATE SCHEMA IF NOT EXISTS "${schema}"`, (err?: Error & { code?: string }) =>
+						done(err && err.code !== "23505" && err.code !== "42P06" ? err : undefined),
+					);
 				},
 			},
 			acquireConnectionTimeout: 10_000,
