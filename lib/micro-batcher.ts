@@ -1,0 +1,71 @@
+// Groups work that arrives close together into one batch, so that e.g. a burst of events is
+// written in one database transaction instead of one per event. A batch starts on the next turn
+// of the event loop; while it runs, new items wait and form the next batch. So under light load
+// an item waits for nothing, and under heavy load batches grow by themselves.
+
+export type BatchHandler<Item, Result> = (items: Item[]) => Promise<Result[]>;
+
+interface Pending<Item, Result> {
+	item: Item;
+	resolve(result: Result): void;
+	reject(error: unknown): void;
+}
+
+export class MicroBatcher<Item, Result> {
+	private queue: Array<Pending<Item, Result>> = [];
+	private running: Promise<void> | null = null;
+	private scheduled = false;
+
+	/**
+	 * @param handle processes one batch and returns one result per item, in order; if it throws,
+	 * every item of that batch is rejected with the error.
+	 * @param maxBatch the largest batch handed to `handle`.
+	 */
+	constructor(
+		private readonly handle: BatchHandler<Item, Result>,
+		private readonly maxBatch = 500,
+	) {}
+
+	get size(): number {
+		return this.queue.length;
+	}
+
+	add(item: Item): Promise<Result> {
+		return new Promise<Result>((resolve, reject) => {
+			this.queue.push({ item, resolve, reject });
+			this.schedule();
+		});
+	}
+
+	/** Resolves once every item added so far has been handled. */
+	async drain(): Promise<void> {
+		while (this.running || this.scheduled || this.queue.length > 0) {
+			if (this.running) await this.running;
+			else await new Promise(resolve => setImmediate(resolve));
+		}
+	}
+
+	private schedule(): void {
+		if (this.scheduled || this.running) return;
+		this.scheduled = true;
+		setImmediate(() => {
+			this.scheduled = false;
+			this.running = this.runBatches().finally(() => {
+				this.running = null;
+				if (this.queue.length > 0) this.schedule();
+			});
+		});
+	}
+
+	private async runBatches(): Promise<void> {
+		while (this.queue.length > 0) {
+			const batch = this.queue.splice(0, this.maxBatch);
+			try {
+				const results = await this.handle(batch.map(pending => pending.item));
+				batch.forEach((pending, index) => pending.resolve(results[index]));
+			} catch (error) {
+				for (const pending of batch) pending.reject(error);
+			}
+		}
+	}
+}

@@ -1,0 +1,104 @@
+// Shapes of the dispatcher's API: the delivered message body (Standard Webhooks), the delivery
+// log's parameters and answers, and the webhook test result.
+import { z } from "zod";
+import { PageQuery } from "./common";
+import { WebhookId } from "./webhooks";
+import type { TaskingOrderStatusEvent } from "./events";
+
+export const DELIVERY_STATUSES = ["pending", "succeeded", "failed", "cancelled"] as const;
+export const DeliveryStatus = z.enum(DELIVERY_STATUSES, { message: `must be one of: ${DELIVERY_STATUSES.join(", ")}` });
+export type DeliveryStatus = z.infer<typeof DeliveryStatus>;
+
+export const ERROR_KINDS = ["http_status", "timeout", "unreachable", "blocked"] as const;
+
+/** POST /webhooks/{id}/test */
+export const TestWebhookParams = z.object({ id: WebhookId }).strict();
+export type TestWebhookParams = z.infer<typeof TestWebhookParams>;
+
+/** GET /webhooks/{id}/deliveries */
+export const ListDeliveriesParams = PageQuery.extend({ id: WebhookId, status: DeliveryStatus.optional() }).strict();
+export type ListDeliveriesParams = z.infer<typeof ListDeliveriesParams>;
+
+/** GET /webhooks/{id}/deliveries/{delivery_id} and its retry. */
+export const DeliveryParams = z.object({ id: WebhookId, delivery_id: WebhookId }).strict();
+export type DeliveryParams = z.infer<typeof DeliveryParams>;
+
+export const Attempt = z.object({
+	attempt: z.number().int(),
+	attempted_at: z.string(),
+	success: z.boolean(),
+	status_code: z.number().int().nullable(),
+	error_kind: z.enum(ERROR_KINDS).nullable(),
+	title: z.string().nullable(),
+	detail: z.string(),
+	duration_ms: z.number().int(),
+});
+export type Attempt = z.infer<typeof Attempt>;
+
+export const Delivery = z.object({
+	id: z.string(),
+	webhook_id: z.string(),
+	event_id: z.string(),
+	/** The webhook-id header value: the same on every attempt of this delivery. */
+	message_id: z.string(),
+	type: z.string(),
+	status: DeliveryStatus,
+	attempt_count: z.number().int(),
+	/** When the next attempt is due (pending only; null while the webhook is disabled). */
+	next_attempt_at: z.string().nullable(),
+	last_attempt_at: z.string().nullable(),
+	last_status_code: z.number().int().nullable(),
+	last_error_kind: z.enum(ERROR_KINDS).nullable(),
+	created_at: z.string(),
+	updated_at: z.string(),
+});
+export type Delivery = z.infer<typeof Delivery>;
+
+export const DeliveryWithAttempts = Delivery.extend({
+	/** The message exactly as delivered. */
+	payload: z.unknown(),
+	attempts: z.array(Attempt),
+});
+export type DeliveryWithAttempts = z.infer<typeof DeliveryWithAttempts>;
+
+/** What `dispatcher.publish` answers once the message and its deliveries are persisted. */
+export interface PublishResult {
+	event_id: string;
+	/** True when this event_id had been received before: nothing new was written. */
+	duplicate: boolean;
+	/** How many deliveries this call created (0 for a duplicate). */
+	deliveries: number;
+}
+
+/** The test result: the webhook plus the outcome of one signed test request. */
+export interface WebhookTestOutcome {
+	success: boolean;
+	status_code: number | null;
+	title: "HTTP Status Error" | "Timeout" | "Unreachable" | "Blocked" | null;
+	detail: string;
+}
+
+/** The webhook-id header of a delivery: one per message per webhook, the same on every retry. */
+export function messageIdOf(deliveryId: string): string {
+	return `msg_${deliveryId}`;
+}
+
+/**
+ * The Standard Webhooks body of a tasking order status event. The core keys come first and win
+ * over keys of the same name in `details`; absent optional fields are null rather than missing,
+ * so receivers see one stable shape.
+ */
+export function orderStatusMessage(event: TaskingOrderStatusEvent, type: string, timestamp: string): string {
+	const data: Record<string, unknown> = {
+		order_id: event.order_id,
+		status: event.status,
+		previous_status: event.previous_status ?? null,
+		user_id: event.user_id,
+		order_name: event.order_name ?? null,
+	};
+	for (const [key, value] of Object.entries(event.details ?? {})) {
+		// defineProperty, not assignment: a "__proto__" key must stay a plain data key.
+		if (!Object.hasOwn(data, key)) Object.defineProperty(data, key, { value, enumerable: true, writable: true, configurable: true });
+	}
+	return JSON.stringify({ type, timestamp, data });
+}

@@ -1,0 +1,91 @@
+// The dispatcher's tables: messages (one per event, the exact body bytes), deliveries (one per
+// message and webhook, with the retry schedule and the lease), attempts (the delivery log) and
+// rejected events (payloads that failed validation). Timestamps are ISO 8601 UTC text.
+import type { Migration } from "../mixins/db.mixin";
+
+export const dispatcherMigrations: Migration[] = [
+	{
+		name: "001_create_delivery_tables",
+		async up(db) {
+			await db.schema.createTable("delivery_messages", table => {
+				// The producer's event_id (or one we generated): a repeat of it is a no-op.
+				table.string("event_id", 36).primary();
+				table.string("customer_id", 200).notNullable();
+				table.string("user_id", 200).notNullable();
+				table.string("type", 100).notNullable();
+				// The exact bytes every attempt sends and signs; never re-serialised.
+				table.text("body").notNullable();
+				table.string("occurred_at", 30).notNullable();
+				table.string("created_at", 30).notNullable();
+			});
+
+			await db.schema.createTable("deliveries", table => {
+				table.string("id", 36).primary();
+				table.string("event_id", 36).notNullable().references("event_id").inTable("delivery_messages");
+				table.string("webhook_id", 36).notNullable();
+				table.string("customer_id", 200).notNullable();
+				// pending | succeeded | failed | cancelled
+				table.string("status", 16).notNullable();
+				table.integer("attempt_count").notNullable().defaultTo(0);
+				// When a pending delivery is due. While leased it holds the lease's expiry, so an
+				// abandoned lease simply makes the row due again. NULL once final, or while parked.
+				table.string("next_attempt_at", 30).nullable();
+				// Which claim holds the row; result writes must match it, so a stale worker can't
+				// overwrite a newer attempt.
+				table.string("lease_id", 36).nullable();
+				// Pending but held back because the webhook is disabled (not counted as an attempt).
+				table.boolean("parked").notNullable().defaultTo(false);
+				// A hand-triggered retry of a finished delivery: one attempt, no automatic retries.
+				table.boolean("manual_retry").notNullable().defaultTo(false);
+				table.string("first_attempt_at", 30).nullable();
+				table.string("last_attempt_at", 30).nullable();
+				table.integer("last_status_code").nullable();
+				table.string("last_error_kind", 20).nullable();
+				table.string("created_at", 30).notNullable();
+				table.string("updated_at", 30).notNullable();
+				table.unique(["event_id", "webhook_id"], { indexName: "deliveries_event_webhook_unique" });
+				// The claim query: pending rows due by now, oldest first. Future rows sort after `now`,
+				// so a million of them cost nothing to skip.
+				table.index(["status", "next_attempt_at"], "deliveries_due_idx");
+				// The delivery log (newest first per webhook) and cancelling a webhook's deliveries.
+				table.index(["webhook_id", "created_at", "id"], "deliveries_webhook_log_idx");
+				// The periodic re-check of parked deliveries.
+				table.index(["parked", "webhook_id"], "deliveries_parked_idx");
+			});
+
+			await db.schema.createTable("delivery_attempts", table => {
+				table.increments("id").primary();
+				table.string("delivery_id", 36).notNullable().references("id").inTable("deliveries").onDelete("CASCADE");
+				table.integer("attempt").notNullable();
+				table.string("attempted_at", 30).notNullable();
+				table.boolean("success").notNullable();
+				table.integer("status_code").nullable();
+				// http_status | timeout | unreachable | blocked
+				table.string("error_kind", 20).nullable();
+				table.string("title", 40).nullable();
+				table.string("detail", 500).notNullable();
+				table.integer("duration_ms").notNullable();
+				// Kept for operators only; the API never returns it (that would make an SSRF oracle).
+				table.text("response_excerpt").nullable();
+				table.index(["delivery_id", "attempt"], "delivery_attempts_delivery_idx");
+			});
+
+			await db.schema.createTable("delivery_rejected_events", table => {
+				table.increments("id").primary();
+				// "event" (the tasking.order_status event) or "publish" (the dispatcher.publish action)
+				table.string("source", 20).notNullable();
+				table.string("event_id", 100).nullable();
+				table.string("reason", 1000).notNullable();
+				table.text("excerpt").notNullable();
+				table.string("received_at", 30).notNullable();
+				table.index(["received_at"], "delivery_rejected_events_received_idx");
+			});
+		},
+		async down(db) {
+			await db.schema.dropTable("delivery_rejected_events");
+			await db.schema.dropTable("delivery_attempts");
+			await db.schema.dropTable("deliveries");
+			await db.schema.dropTable("delivery_messages");
+		},
+	},
+];

@@ -1,0 +1,113 @@
+// A real stack for the dispatcher suites: gateway, webhooks, users, topics and dispatcher on a
+// real database, plus a real HTTPS receiver (self-signed certificate, trusted through
+// WEBHOOK_CA_FILE, loopback allowed through WEBHOOK_ALLOW_NETS). Each webhook gets its own path
+// on the receiver, with its own scripted answers.
+import { startStack, type Stack, type StackOptions } from "./stack";
+import { startHttpsReceiver, verifyDelivery, type HttpsReceiver, type ReceivedRequest, type Responder, type ScriptedResponse } from "./https-receiver";
+import type { DatabaseKind } from "./services";
+
+export const FAST_DELIVERY_ENV = {
+	WEBHOOK_ALLOW_NETS: "127.0.0.0/8",
+	DELIVERY_RETRY_SCHEDULE: "1s,2s,3s,4s,5s",
+	DELIVERY_POLL_INTERVAL: "100ms",
+};
+
+export interface CreatedWebhook {
+	id: string;
+	secret: string;
+	url: string;
+	/** The receiver path this webhook delivers to. */
+	path: string;
+}
+
+export interface DeliveryStack {
+	stack: Stack;
+	receiver: HttpsReceiver;
+	caFile: string;
+	/** Creates a webhook through the API, delivering to its own receiver path. */
+	createWebhook(token: string, options?: { events?: string[]; name?: string }): Promise<CreatedWebhook>;
+	/** Scripted answers for one webhook's path, in order; afterwards `fallback` (200 by default). */
+	script(webhook: CreatedWebhook, answers: Array<ScriptedResponse | Responder>, fallback?: ScriptedResponse | Responder): void;
+	/** Requests that reached one webhook's path. */
+	received(webhook: CreatedWebhook): ReceivedRequest[];
+	stop(): Promise<void>;
+}
+
+let webhookCounter = 0;
+
+export async function startDeliveryStack(database: DatabaseKind, options: Omit<StackOptions, "database"> & { receiver?: HttpsReceiver } = {}): Promise<DeliveryStack> {
+	const receiver = options.receiver ?? (await startHttpsReceiver());
+	const caFile = receiver.writeCaFile();
+	const stack = await startStack({
+		...options,
+		database,
+		env: { ...FAST_DELIVERY_ENV, WEBHOOK_CA_FILE: caFile, ...options.env },
+	});
+
+	const scripts = new Map<string, { answers: Array<ScriptedResponse | Responder>; fallback: ScriptedResponse | Responder }>();
+	receiver.setDefault(request => {
+		const script = scripts.get(pathOf(request));
+		if (!script) return { status: 200, body: "ok" };
+		const next = script.answers.shift() ?? script.fallback;
+		return typeof next === "function" ? next(request) : next;
+	});
+
+	return {
+		stack,
+		receiver,
+		caFile,
+		async createWebhook(token, createOptions = {}) {
+			const path = `/hooks/${++webhookCounter}`;
+			const response = await stack.request("POST", "/id/v3/webhooks", {
+				token,
+				body: { name: createOptions.name ?? `hook ${webhookCounter}`, url: receiver.url + path, events: createOptions.events ?? ["tasking:order_status"] },
+			});
+			if (response.status !== 201) throw new Error(`webhook creation failed: ${response.status} ${response.text}`);
+			return { id: response.body.id, secret: response.body.secret, url: response.body.url, path };
+		},
+		script(webhook, answers, fallback = { status: 200, body: "ok" }) {
+			scripts.set(webhook.path, { answers: [...answers], fallback });
+		},
+		received(webhook) {
+			return receiver.requests.filter(request => pathOf(request) === webhook.path);
+		},
+		async stop() {
+			await stack.stop();
+			if (!options.receiver) await receiver.close();
+		},
+	};
+}
+
+function pathOf(request: ReceivedRequest): string {
+	return request.path.split("?")[0];
+}
+
+/** Polls until `done(value)`; the bound only turns a hang into a failure, it is no speed check. */
+export async function waitUntil<T>(read: () => T | Promise<T>, done: (value: T) => boolean, what: string, boundMs = 30_000): Promise<T> {
+	const giveUpAt = Date.now() + boundMs;
+	for (;;) {
+		const value = await read();
+		if (done(value)) return value;
+		if (Date.now() > giveUpAt) throw new Error(`Gave up waiting for ${what}; last value: ${JSON.stringify(value)?.slice(0, 2000)}`);
+		await new Promise(resolve => setTimeout(resolve, 50));
+	}
+}
+
+export const sleep = (ms: number) => new Promise(resolve => setTimeout(resolve, ms));
+
+/** Verifies a delivery's Standard Webhooks signature; returns the parsed payload. */
+export function verified(request: ReceivedRequest, secret: string): any {
+	return verifyDelivery(request, secret);
+}
+
+export interface OrderEvent {
+	event_id?: string;
+	customer_id?: string;
+	user_id: string;
+	order_id: string;
+	status: string;
+	previous_status?: string;
+	order_name?: string;
+	occurred_at?: string;
+	details?: Record<string, unknown>;
+}
