@@ -9,6 +9,7 @@ import fs from "node:fs";
 import path from "node:path";
 import crypto from "node:crypto";
 import nodemailer from "nodemailer";
+import SMTPTransport from "nodemailer/lib/smtp-transport";
 import type { ComposedEmail } from "./email-message";
 
 export interface MailTransportOptions {
@@ -95,14 +96,17 @@ function describeSmtpUrl(smtpUrl: string): string {
 function createSmtpTransport(options: MailTransportOptions & { smtpUrl: string }): MailTransport {
 	// One connection per message rather than a pool: sends are rare (terminal order statuses of
 	// opted-in users), and a message's fate then never depends on another message's connection.
-	const transporter = nodemailer.createTransport({
+	// SMTPTransport itself, because nodemailer.createTransport({url, ...}) keeps only what the URL
+	// says and silently drops every other option (timeouts, the CA).
+	const smtpTransport = new SMTPTransport({
 		url: options.smtpUrl,
 		connectionTimeout: options.timeoutMs,
 		greetingTimeout: options.timeoutMs,
 		socketTimeout: options.timeoutMs,
 		dnsTimeout: options.timeoutMs,
 		...(options.caFile ? { tls: { ca: fs.readFileSync(options.caFile) } } : {}),
-	} as nodemailer.TransportOptions);
+	});
+	const transporter = nodemailer.createTransport(smtpTransport);
 	return {
 		description: describeSmtpUrl(options.smtpUrl),
 		async send(email) {

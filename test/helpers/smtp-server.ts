@@ -14,6 +14,9 @@ export interface ReceivedMail {
 	parsed: ParsedMail;
 	messageId: string;
 	envelope: { from: string; to: string[] };
+	/** Whether the session was encrypted (STARTTLS) and who logged in, if anyone. */
+	secure: boolean;
+	user: string | undefined;
 	receivedAt: Date;
 }
 
@@ -137,6 +140,8 @@ export async function startSmtpServer(options: SmtpServerOptions = {}): Promise<
 						parsed: await simpleParser(raw),
 						messageId,
 						envelope: { from: session.envelope.mailFrom ? session.envelope.mailFrom.address : "", to: attempt.to },
+						secure: session.secure,
+						user: typeof session.user === "string" ? session.user : undefined,
 						receivedAt: new Date(),
 					};
 					received.push(mail);
