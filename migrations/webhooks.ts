@@ -1,0 +1,39 @@
+import type { Migration } from "../mixins/db.mixin";
+
+// Named so that the service can tell which rule a unique violation broke (PostgreSQL reports
+// the constraint name; SQLite reports the columns).
+export const UNIQUE_NAME_INDEX = "webhooks_customer_name_unique";
+export const UNIQUE_URL_INDEX = "webhooks_customer_url_unique";
+
+export const webhooksMigrations: Migration[] = [
+	{
+		name: "001_create_webhooks",
+		async up(db) {
+			await db.schema.createTable("webhooks", table => {
+				table.string("id", 36).primary();
+				table.string("customer_id", 200).notNullable();
+				table.string("name", 100).notNullable();
+				// Stored in normalised form (lib/url-policy.ts), which is ASCII and at most 2048 long.
+				table.string("url", 2048).notNullable();
+				// JSON array of topic names.
+				table.text("events").notNullable();
+				table.boolean("active").notNullable().defaultTo(true);
+				// AES-256-GCM envelopes (lib/crypto.ts), with the webhook id as associated data.
+				table.text("secret_envelope").notNullable();
+				// The secret replaced by the last rotation keeps signing until this moment.
+				table.text("previous_secret_envelope").nullable();
+				table.string("previous_secret_expires_at", 30).nullable();
+				table.string("created_at", 30).notNullable();
+				table.string("updated_at", 30).notNullable();
+				// The database enforces uniqueness, so two concurrent creates cannot both win.
+				table.unique(["customer_id", "name"], { indexName: UNIQUE_NAME_INDEX });
+				table.unique(["customer_id", "url"], { indexName: UNIQUE_URL_INDEX });
+				// Keyset paging of one customer's webhooks.
+				table.index(["customer_id", "created_at", "id"], "webhooks_customer_page");
+			});
+		},
+		async down(db) {
+			await db.schema.dropTable("webhooks");
+		},
+	},
+];
