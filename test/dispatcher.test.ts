@@ -139,4 +139,183 @@ describe.each(testDatabases())("dispatcher on %s", database => {
 		expect(answer.event_id).toMatch(/^[0-9a-f-]{36}$/);
 		await waitForStatus(answer.event_id, webhook, "succeeded");
 	});
+	it("retries 500, 500, 200 on the schedule: delivered on attempt 3 with the same webhook-id and fresh timestamps", async () => {
+		const alice = await newCustomer();
+		const webhook = await env.createWebhook(alice.token);
+		env.script(webhook, [{ status: 500, body: "no" }, { status: 500 }]);
+		const event = order(alice);
+		await publish(event);
+		const row = await waitForStatus(event.event_id!, webhook, "succeeded");
+		expect(row.attempt_count).toBe(3);
+
+		const requests = env.received(webhook);
+		expect(requests).toHaveLength(3);
+		expect(new Set(requests.map(request => request.headers["webhook-id"]))).toEqual(new Set([`msg_${row.id}`]));
+		for (const request of requests) {
+			verified(request, webhook.secret);
+			// Each attempt is signed afresh: its timestamp is the second it was sent.
+			const stamp = Number(request.headers["webhook-timestamp"]);
+			expect(Math.abs(stamp - Math.floor(request.receivedAt.getTime() / 1000))).toBeLessThanOrEqual(1);
+		}
+		expect(Number(requests[2].headers["webhook-timestamp"])).toBeGreaterThan(Number(requests[0].headers["webhook-timestamp"]));
+		expect(new Set(requests.map(request => request.body)).size).toBe(1);
+
+		const attempts = await db()("delivery_attempts").where({ delivery_id: row.id }).orderBy("attempt");
+		expect(attempts.map(attempt => [attempt.attempt, attempt.status_code, Boolean(attempt.success)])).toEqual([
+			[1, 500, false],
+			[2, 500, false],
+			[3, 200, true],
+		]);
+		// The second attempt waited for the first offset (jitter only ever moves it earlier, by at most 10% of the gap).
+		const gap = Date.parse(attempts[1].attempted_at) - Date.parse(attempts[0].attempted_at);
+		expect(gap).toBeGreaterThanOrEqual(RETRY_OFFSETS_MS[0] * 0.9);
+	});
+
+	it("gives up after 5 failed retries: failed, with attempt_count 6, each retry counted from the first attempt", async () => {
+		const alice = await newCustomer();
+		const webhook = await env.createWebhook(alice.token);
+		env.script(webhook, [], { status: 503 });
+		const event = order(alice);
+		await publish(event);
+		const row = await waitUntil(() => deliveryOf(event.event_id!, webhook), found => found?.status === "failed", "the delivery to fail");
+		expect(row).toMatchObject({ attempt_count: 6, next_attempt_at: null, last_status_code: 503, last_error_kind: "http_status" });
+		expect(env.received(webhook)).toHaveLength(6);
+
+		const attempts = await db()("delivery_attempts").where({ delivery_id: row.id }).orderBy("attempt");
+		const first = Date.parse(attempts[0].attempted_at);
+		attempts.slice(1).forEach((attempt, index) => {
+			const offset = Date.parse(attempt.attempted_at) - first;
+			const previous = index === 0 ? 0 : RETRY_OFFSETS_MS[index - 1];
+			expect(offset).toBeGreaterThanOrEqual(RETRY_OFFSETS_MS[index] - 0.1 * (RETRY_OFFSETS_MS[index] - previous));
+		});
+		await sleep(1_500);
+		expect(env.received(webhook)).toHaveLength(6);
+	});
+
+	it("does not follow 3xx answers: they are failed attempts", async () => {
+		const alice = await newCustomer();
+		const webhook = await env.createWebhook(alice.token);
+		const elsewhere = `${env.receiver.url}/elsewhere`;
+		env.script(webhook, [{ status: 302, redirectTo: elsewhere }, { status: 301, redirectTo: elsewhere }]);
+		const event = order(alice);
+		await publish(event);
+		const row = await waitForStatus(event.event_id!, webhook, "succeeded");
+		const attempts = await db()("delivery_attempts").where({ delivery_id: row.id }).orderBy("attempt");
+		expect(attempts.map(attempt => attempt.status_code)).toEqual([302, 301, 200]);
+		expect(attempts[0]).toMatchObject({ error_kind: "http_status", title: "HTTP Status Error" });
+		expect(env.receiver.requests.filter(request => request.path.startsWith("/elsewhere"))).toHaveLength(0);
+	});
+
+	it("signs with both secrets during a rotation's grace period, and with the new one only afterwards", async () => {
+		const alice = await newCustomer();
+		const webhook = await env.createWebhook(alice.token);
+		const rotated = await env.stack.request("POST", `/id/v3/webhooks/${webhook.id}/rotate`, { token: alice.token });
+		expect(rotated.status).toBe(200);
+		const newSecret: string = rotated.body.secret;
+		const rotatedAt = Date.now();
+
+		const during = order(alice);
+		await publish(during);
+		await waitForStatus(during.event_id!, webhook, "succeeded");
+		const [duringGrace] = env.received(webhook);
+		expect(String(duringGrace.headers["webhook-signature"]).split(" ")).toHaveLength(2);
+		expect(verified(duringGrace, newSecret)).toMatchObject({ data: { order_id: during.order_id } });
+		expect(verified(duringGrace, webhook.secret)).toMatchObject({ data: { order_id: during.order_id } });
+
+		// SECRET_ROTATION_GRACE is 3 s in this suite.
+		await sleep(Math.max(0, rotatedAt + 3_500 - Date.now()));
+		const after = order(alice);
+		await publish(after);
+		await waitForStatus(after.event_id!, webhook, "succeeded");
+		const afterGrace = env.received(webhook)[1];
+		expect(String(afterGrace.headers["webhook-signature"]).split(" ")).toHaveLength(1);
+		expect(verified(afterGrace, newSecret)).toMatchObject({ data: { order_id: after.order_id } });
+		expect(() => verifyDelivery(afterGrace, webhook.secret)).toThrow();
+	});
+
+	it("cancels pending deliveries when their webhook is deleted", async () => {
+		const alice = await newCustomer();
+		const webhook = await env.createWebhook(alice.token);
+		env.script(webhook, [], { status: 500 });
+		const event = order(alice);
+		await publish(event);
+		await waitUntil(() => deliveryOf(event.event_id!, webhook), row => row?.attempt_count === 1, "the first attempt");
+		expect((await env.stack.request("DELETE", `/id/v3/webhooks/${webhook.id}`, { token: alice.token })).status).toBe(204);
+		const row = await waitForStatus(event.event_id!, webhook, "cancelled");
+		expect(row).toMatchObject({ attempt_count: 1, next_attempt_at: null });
+		// Past the time the next two retries were due: nothing more was sent.
+		await sleep(2_500);
+		expect(env.received(webhook)).toHaveLength(1);
+		expect(await deliveryOf(event.event_id!, webhook)).toMatchObject({ status: "cancelled", attempt_count: 1 });
+	});
+
+	it("stops deliveries to a disabled webhook without counting attempts, and resumes them when it is enabled again", async () => {
+		const alice = await newCustomer();
+		const webhook = await env.createWebhook(alice.token);
+		env.script(webhook, [{ status: 500 }]);
+		const event = order(alice);
+		await publish(event);
+		await waitUntil(() => deliveryOf(event.event_id!, webhook), row => row?.attempt_count === 1, "the first attempt");
+		expect((await env.stack.request("PATCH", `/id/v3/webhooks/${webhook.id}`, { token: alice.token, body: { active: false } })).status).toBe(200);
+
+		// The retry falls due while the webhook is disabled: it is parked, not attempted.
+		const parked = await waitUntil(() => deliveryOf(event.event_id!, webhook), row => Boolean(row?.parked), "the delivery to be parked");
+		expect(parked).toMatchObject({ status: "pending", attempt_count: 1, next_attempt_at: null, lease_id: null });
+		// New events are not delivered to a disabled webhook at all.
+		const whileDisabled = order(alice);
+		expect(await publish(whileDisabled)).toMatchObject({ deliveries: 0 });
+		await sleep(1_500);
+		expect(env.received(webhook)).toHaveLength(1);
+		const log = await env.stack.request("GET", `/id/v3/webhooks/${webhook.id}/deliveries/${parked.id}`, { token: alice.token });
+		expect(log.body).toMatchObject({ status: "pending", attempt_count: 1, next_attempt_at: null });
+
+		expect((await env.stack.request("PATCH", `/id/v3/webhooks/${webhook.id}`, { token: alice.token, body: { active: true } })).status).toBe(200);
+		const done = await waitForStatus(event.event_id!, webhook, "succeeded");
+		expect(done).toMatchObject({ attempt_count: 2, parked: expect.anything() });
+		expect(Boolean(done.parked)).toBe(false);
+		expect(env.received(webhook)).toHaveLength(2);
+	});
+
+	it("records invalid events as rejected, writes nothing else, and keeps working", async () => {
+		const alice = await newCustomer();
+		const webhook = await env.createWebhook(alice.token);
+		const tables = ["delivery_messages", "deliveries", "delivery_attempts"];
+		const before = await Promise.all(tables.map(countRows));
+		const rejectedBefore = await countRows("delivery_rejected_events");
+		const valid = order(alice);
+		const invalid: Array<[string, unknown]> = [
+			["order_id", { ...valid, event_id: crypto.randomUUID(), order_id: 123 }],
+			["user_id", { ...valid, event_id: crypto.randomUUID(), user_id: undefined }],
+			["status", { ...valid, event_id: crypto.randomUUID(), status: "shipped" }],
+			["details", { ...valid, event_id: crypto.randomUUID(), details: { blob: "x".repeat(20_000) } }],
+			["event_id", { ...valid, event_id: "not-a-uuid" }],
+			["occurred_at", { ...valid, event_id: crypto.randomUUID(), occurred_at: "yesterday" }],
+			["details", { ...valid, event_id: crypto.randomUUID(), details: ["not", "an", "object"] }],
+			["", "just a string"],
+			["", null],
+			["user_id", { ...valid, event_id: crypto.randomUUID(), customer_id: undefined, user_id: "nobody-we-know" }],
+		];
+		for (const [path, payload] of invalid) {
+			const failure = await env.stack.app.broker.call("dispatcher.publish", payload as object).catch(err => err);
+			expect(failure).toMatchObject({ code: 422 });
+			if (path) expect(JSON.stringify(failure.data)).toContain(path);
+			emit(payload);
+		}
+		// Every payload was recorded twice: once from publish, once from the event.
+		await waitUntil(countRows.bind(null, "delivery_rejected_events"), count => count === rejectedBefore + invalid.length * 2, "the rejections to be recorded");
+		const rejected = await db()("delivery_rejected_events").orderBy("id", "desc").limit(invalid.length * 2);
+		expect(new Set(rejected.map(row => row.source))).toEqual(new Set(["event", "publish"]));
+		for (const row of rejected) {
+			expect(row.reason.length).toBeGreaterThan(0);
+			expect(row.excerpt.length).toBeLessThanOrEqual(2_001);
+		}
+		expect(rejected.filter(row => /^details: .*16384 bytes/.test(row.reason))).toHaveLength(2);
+		expect(rejected.filter(row => /unknown user/.test(row.reason))).toHaveLength(2);
+		expect(await Promise.all(tables.map(countRows))).toEqual(before);
+		expect(env.received(webhook)).toHaveLength(0);
+
+		// The service still works.
+		await publish(valid);
+		await waitForStatus(valid.event_id!, webhook, "succeeded");
+	});
 });
