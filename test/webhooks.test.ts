@@ -257,7 +257,6 @@ describe.each(testDatabases())("webhooks on %s", database => {
 		expectProblem(await stack.request("DELETE", `/id/v3/webhooks/${acmeHook.id}`, { token: alice }), 404);
 		const alicesList = await stack.request("GET", "/id/v3/webhooks?per_page=100", { token: alice });
 		expect(alicesList.body.webhooks.map((entry: { id: string }) => entry.id)).not.toContain(acmeHook.id);
-		expect(alicesList.body.webhooks.every((entry: { url: string }) => entry.url !== acmeHook.url || entry.id !== acmeHook.id)).toBe(true);
 		expect(await stack.db("webhooks").where({ id: acmeHook.id }).first()).toEqual(before);
 
 		// The answer for someone else's id is the same as for an id that never existed.
@@ -287,7 +286,7 @@ describe.each(testDatabases())("webhooks on %s", database => {
 
 		const subscribers = (topic: string) =>
 			stack.app.broker.call<Array<{ id: string; customerId: string; url: string; secrets: string[] }>, object>("webhooks.subscribers", { customerId: customer, topic });
-		const byId = (list: Array<{ id: string }>) => [...list].sort((a, b) => a.id.localeCompare(b.id));
+		const byId = <T extends { id: string }>(list: T[]) => [...list].sort((a, b) => a.id.localeCompare(b.id));
 
 		expect(byId(await subscribers(ORDER_STATUS))).toEqual(
 			byId([
