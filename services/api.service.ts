@@ -8,6 +8,7 @@ import bodyParser from "body-parser";
 import { configOf, type AppConfig } from "../lib/config";
 import { createTokenVerifier, AuthenticationError, type Principal, type TokenVerifier } from "../lib/auth";
 import { toProblem, type Problem } from "../lib/errors";
+import { openApiJson } from "../lib/openapi";
 
 export const API_BASE = "/id/v3";
 const BODY_LIMIT = "64kb";
@@ -157,6 +158,20 @@ const ApiService: ServiceSchema<ServiceSettingSchema, ApiThis> = {
 					key: (req: IncomingMessage) => req.socket.remoteAddress ?? "anonymous",
 				},
 			},
+			{
+				// The OpenAPI 3.1 document (lib/openapi.ts). Public, like any API reference.
+				path: "/openapi.json",
+				mappingPolicy: "restrict",
+				autoAliases: false,
+				bodyParsers: false,
+				aliases: {
+					"GET /"(this: ApiThis, _req: IncomingMessage, res: ServerResponse) {
+						res.setHeader("Content-Type", "application/json; charset=utf-8");
+						res.setHeader("Cache-Control", "public, max-age=300");
+						res.end(openApiJson(this.config.PUBLIC_BASE_URL));
+					},
+				},
+			},
 		],
 		onError(this: ApiThis, req: GatewayRequest, res: ServerResponse, err: unknown) {
 			this.sendProblem(req, res, err);
@@ -213,7 +228,8 @@ const ApiService: ServiceSchema<ServiceSettingSchema, ApiThis> = {
 		settings.ip = config.HOST;
 		const route = settings.routes[0];
 		route.rateLimit.limit = config.RATE_LIMIT_PER_MINUTE;
-		const jsonParser = bodyParser.json({ limit: BODY_LIMIT, strict: true, type: () => true });
+		// Not strict: a JSON string or number is valid JSON, so it gets the 422 below, not a 400.
+		const jsonParser = bodyParser.json({ limit: BODY_LIMIT, strict: false, type: () => true });
 		route.use = [
 			(req: GatewayRequest, _res: ServerResponse, next: Next) => {
 				this.authenticateRequest(req).then(() => next(), next);
