@@ -84,7 +84,7 @@ describe.each(testDatabases())("dispatcher crash on %s", database => {
 		const first = startChild({ ...env, CHILD_WEBHOOK_URL: `${receiver.url}/crash`, CHILD_PUBLISH: String(EVENTS) });
 		children.push(first);
 		const webhookMessage = await waitUntil(() => first.messages.find(message => message.webhook), Boolean, "the child to create the webhook", 60_000);
-		const secret: string = webhookMessage.webhook.secret;
+		const secret: string = webhookMessage!.webhook.secret;
 		await waitUntil(() => first.messages.some(message => message.published), Boolean, "the child to publish every event", 60_000);
 		await waitUntil(() => receiver.requests.length, count => count >= EVENTS / 6, "some deliveries to arrive", 60_000);
 		first.process.kill("SIGKILL");

@@ -2,7 +2,6 @@
 // on the persisted schedule, cancellation and parking, rejected events, and the delivery log
 // through the real gateway. On SQLite and PostgreSQL.
 import crypto from "node:crypto";
-import { expectProblem } from "./helpers/stack";
 import { testDatabases } from "./helpers/services";
 import { sleep, startDeliveryStack, verified, waitUntil, type CreatedWebhook, type DeliveryStack, type OrderEvent } from "./helpers/delivery-stack";
 import { verifyDelivery } from "./helpers/https-receiver";
@@ -296,7 +295,7 @@ describe.each(testDatabases())("dispatcher on %s", database => {
 			["user_id", { ...valid, event_id: crypto.randomUUID(), customer_id: undefined, user_id: "nobody-we-know" }],
 		];
 		for (const [path, payload] of invalid) {
-			const failure = await env.stack.app.broker.call("dispatcher.publish", payload as object).catch(err => err);
+			const failure: any = await env.stack.app.broker.call("dispatcher.publish", payload as object).catch(err => err);
 			expect(failure).toMatchObject({ code: 422 });
 			if (path) expect(JSON.stringify(failure.data)).toContain(path);
 			emit(payload);
