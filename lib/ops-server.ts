@@ -17,11 +17,38 @@ interface ServiceWithDb {
 	db?: { raw(sql: string): Promise<unknown> };
 }
 
+const TRANSPORTER_PING_TIMEOUT_MS = 1_000;
+
+interface NatsClient {
+	isClosed(): boolean;
+	flush(): Promise<void>;
+}
+
+/**
+ * moleculer keeps its `connected` flags up while the NATS client reconnects (forever, by
+ * default) and only logs a client that reached "closed", so the flags cannot tell an outage.
+ * A PING/PONG round trip can: while the client is cut off, the flush waits for a reconnect.
+ */
+async function transporterAnswers(broker: ServiceBroker): Promise<boolean> {
+	const transporter = broker.transit?.tx as unknown as { connected?: boolean; client?: Partial<NatsClient> } | undefined;
+	const client = transporter?.client;
+	if (!client || typeof client.flush !== "function" || typeof client.isClosed !== "function") return Boolean(transporter?.connected);
+	if (client.isClosed()) return false;
+	let timer: NodeJS.Timeout | undefined;
+	const timedOut = new Promise<boolean>(resolve => {
+		timer = setTimeout(() => resolve(false), TRANSPORTER_PING_TIMEOUT_MS);
+	});
+	try {
+		return await Promise.race([client.flush().then(() => true, () => false), timedOut]);
+	} finally {
+		clearTimeout(timer);
+	}
+}
+
 export async function checkHealth(broker: ServiceBroker): Promise<HealthReport> {
 	const checks: HealthReport["checks"] = {};
 	if (broker.transit) {
-		// moleculer only logs a NATS client that reached "closed"; the transit flags tell us.
-		checks.transporter = { ok: Boolean(broker.transit.connected && !broker.transit.disconnecting) };
+		checks.transporter = { ok: Boolean(broker.transit.connected && !broker.transit.disconnecting) && (await transporterAnswers(broker)) };
 		if (!checks.transporter.ok) checks.transporter.detail = "not connected to the transporter";
 	}
 	const local = broker.services as unknown as ServiceWithDb[];
