@@ -1,0 +1,178 @@
+// Configuration: defaults as documented, bad values named, production strict about secrets,
+// the embedded default generating its secrets once. Also the real entry point refusing to start.
+import { spawn } from "node:child_process";
+import fs from "node:fs";
+import os from "node:os";
+import path from "node:path";
+import { ALL_SERVICES, ConfigError, loadConfig, parseConfig, resolveSecrets } from "../lib/config";
+
+const ROOT = path.resolve(__dirname, "..");
+const KEY = Buffer.alloc(32, 1).toString("base64");
+const JWT_SECRET = "s".repeat(40);
+
+function configError(env: Record<string, string>): string {
+	try {
+		loadConfig(env);
+	} catch (err) {
+		expect(err).toBeInstanceOf(ConfigError);
+		return (err as Error).message;
+	}
+	throw new Error(`configuration ${JSON.stringify(env)} was accepted`);
+}
+
+function tempDir(): string {
+	return fs.mkdtempSync(path.join(os.tmpdir(), "swh-config-"));
+}
+
+describe("configuration", () => {
+	const dirs: string[] = [];
+	const newDataDir = () => {
+		const dir = tempDir();
+		dirs.push(dir);
+		return dir;
+	};
+	afterAll(() => dirs.forEach(dir => fs.rmSync(dir, { recursive: true, force: true })));
+
+	it("defaults to the embedded mode with the documented values", () => {
+		const config = parseConfig({});
+		expect(config).toMatchObject({
+			production: false,
+			PORT: 3000,
+			OPS_PORT: 3030,
+			DATA_DIR: "./data",
+			SERVICES: [...ALL_SERVICES],
+			WEBHOOK_ALLOW_NETS: [],
+			DELIVERY_RETRY_SCHEDULE: [60_000, 300_000, 1_800_000, 7_200_000, 21_600_000],
+			DELIVERY_TIMEOUT: 15_000,
+			WEBHOOK_TEST_TIMEOUT: 5_000,
+			SECRET_ROTATION_GRACE: 24 * 3_600_000,
+		});
+		for (const unset of ["DATABASE_URL", "TRANSPORTER", "SMTP_URL", "AUTH_JWKS_URL", "WEBHOOK_CA_FILE"] as const) expect(config[unset]).toBeUndefined();
+	});
+
+	it("treats an empty variable as unset, as shells and compose files do", () => {
+		const config = parseConfig({ PORT: "", DATABASE_URL: "", SERVICES: "" });
+		expect(config).toMatchObject({ PORT: 3000, SERVICES: [...ALL_SERVICES] });
+		expect(config.DATABASE_URL).toBeUndefined();
+	});
+
+	it.each([
+		["PORT", "not-a-port"],
+		["PORT", "70000"],
+		["OPS_PORT", "-1"],
+		["DATABASE_URL", "mysql://db/webhooks"],
+		["TRANSPORTER", "redis://localhost"],
+		["SMTP_URL", "http://mail"],
+		["SECRETS_KEY", "dG9vIHNob3J0"],
+		["AUTH_JWT_SECRET", "short"],
+		["DELIVERY_TIMEOUT", "soon"],
+		["RATE_LIMIT_PER_MINUTE", "0"],
+		["LOG_LEVEL", "loud"],
+	])("refuses %s=%s, naming the variable", (name, value) => {
+		expect(configError({ [name]: value, DATA_DIR: newDataDir() })).toMatch(new RegExp(`^\\s*${name}: `, "m"));
+	});
+
+	it.each([
+		["1m,banana", /DELIVERY_RETRY_SCHEDULE: .*banana/],
+		["5m,1m", /DELIVERY_RETRY_SCHEDULE: offsets must increase/],
+		[",", /DELIVERY_RETRY_SCHEDULE: needs at least one offset/],
+	])("refuses DELIVERY_RETRY_SCHEDULE=%s with a reason", (value, reason) => {
+		expect(configError({ DELIVERY_RETRY_SCHEDULE: value, DATA_DIR: newDataDir() })).toMatch(reason);
+	});
+
+	it("accepts a short retry schedule for tests", () => {
+		expect(parseConfig({ DELIVERY_RETRY_SCHEDULE: "1s, 2s,3s ,4s,5s" }).DELIVERY_RETRY_SCHEDULE).toEqual([1_000, 2_000, 3_000, 4_000, 5_000]);
+	});
+
+	it("refuses an unknown SERVICES entry, naming it and the known ones", () => {
+		const message = configError({ SERVICES: "api,dispatcher,mailer", DATA_DIR: newDataDir() });
+		expect(message).toMatch(/SERVICES: unknown service\(s\) mailer; known: api, topics, webhooks, users, dispatcher, notifier/);
+		expect(parseConfig({ SERVICES: " dispatcher , notifier " }).SERVICES).toEqual(["dispatcher", "notifier"]);
+	});
+
+	it("names every bad variable at once", () => {
+		const message = configError({ PORT: "x", DATABASE_URL: "sqlite://x", SERVICES: "nope", DATA_DIR: newDataDir() });
+		for (const name of ["PORT", "DATABASE_URL", "SERVICES"]) expect(message).toMatch(new RegExp(`^\\s*${name}: `, "m"));
+	});
+
+	describe("secrets", () => {
+		it("in production, refuses to start without AUTH_JWT_SECRET and SECRETS_KEY, and writes nothing", () => {
+			const dataDir = newDataDir();
+			const message = configError({ NODE_ENV: "production", DATA_DIR: dataDir });
+			expect(message).toMatch(/NODE_ENV=production requires AUTH_JWT_SECRET \(or AUTH_JWKS_URL\) and SECRETS_KEY/);
+			expect(configError({ NODE_ENV: "production", DATA_DIR: dataDir, AUTH_JWT_SECRET: JWT_SECRET })).toMatch(/requires SECRETS_KEY$/);
+			expect(configError({ NODE_ENV: "production", DATA_DIR: dataDir, SECRETS_KEY: KEY })).toMatch(/requires AUTH_JWT_SECRET/);
+			expect(fs.readdirSync(dataDir)).toEqual([]);
+		});
+
+		it("in production, starts with configured secrets, or JWKS instead of a shared secret", () => {
+			const dataDir = newDataDir();
+			const withSecret = loadConfig({ NODE_ENV: "production", DATA_DIR: dataDir, AUTH_JWT_SECRET: JWT_SECRET, SECRETS_KEY: KEY });
+			expect(withSecret).toEqual({ config: expect.objectContaining({ AUTH_JWT_SECRET: JWT_SECRET, SECRETS_KEY: KEY }), warnings: [] });
+			const withJwks = loadConfig({ NODE_ENV: "production", DATA_DIR: dataDir, AUTH_JWKS_URL: "https://login.example.com/.well-known/jwks.json", SECRETS_KEY: KEY });
+			expect(withJwks.config.AUTH_JWT_SECRET).toBeUndefined();
+			expect(fs.readdirSync(dataDir)).toEqual([]);
+		});
+
+		it("in the embedded default, generates them into DATA_DIR once, privately, and reuses them", () => {
+			const dataDir = path.join(newDataDir(), "not-yet-created");
+			const first = loadConfig({ DATA_DIR: dataDir });
+			expect(first.warnings).toEqual([expect.stringMatching(/AUTH_JWT_SECRET.*SECRETS_KEY.*secrets\.json/)]);
+			expect(Buffer.from(first.config.SECRETS_KEY!, "base64")).toHaveLength(32);
+			expect(first.config.AUTH_JWT_SECRET!.length).toBeGreaterThanOrEqual(32);
+			const file = path.join(dataDir, "secrets.json");
+			expect(fs.statSync(file).mode & 0o777).toBe(0o600);
+			const written = fs.readFileSync(file, "utf8");
+
+			const second = loadConfig({ DATA_DIR: dataDir });
+			expect(second.warnings).toEqual([]);
+			expect({ jwt: second.config.AUTH_JWT_SECRET, key: second.config.SECRETS_KEY }).toEqual({ jwt: first.config.AUTH_JWT_SECRET, key: first.config.SECRETS_KEY });
+			expect(fs.readFileSync(file, "utf8")).toBe(written);
+		});
+
+		it("prefers configured secrets over generated ones", () => {
+			const dataDir = newDataDir();
+			resolveSecrets(parseConfig({ DATA_DIR: dataDir }));
+			const configured = loadConfig({ DATA_DIR: dataDir, AUTH_JWT_SECRET: JWT_SECRET, SECRETS_KEY: KEY }).config;
+			expect({ jwt: configured.AUTH_JWT_SECRET, key: configured.SECRETS_KEY }).toEqual({ jwt: JWT_SECRET, key: KEY });
+		});
+	});
+
+	describe("the server entry point", () => {
+		function runServer(env: Record<string, string>): Promise<{ code: number | null; stderr: string; stdout: string }> {
+			return new Promise((resolve, reject) => {
+				// Unset what a developer's shell might carry, so only `env` decides.
+				const clean = { DATABASE_URL: "", TRANSPORTER: "", SMTP_URL: "", AUTH_JWT_SECRET: "", SECRETS_KEY: "", AUTH_JWKS_URL: "", NODE_ENV: "" };
+				const child = spawn("npx", ["tsx", "server.ts"], { cwd: ROOT, env: { ...process.env, ...clean, PORT: "0", OPS_PORT: "0", ...env } });
+				let stderr = "";
+				let stdout = "";
+				child.stderr.on("data", chunk => (stderr += chunk));
+				child.stdout.on("data", chunk => (stdout += chunk));
+				const guard = setTimeout(() => {
+					child.kill("SIGKILL");
+					reject(new Error(`server.ts did not exit; stderr: ${stderr}`));
+				}, 50_000);
+				child.on("exit", code => {
+					clearTimeout(guard);
+					resolve({ code, stderr, stdout });
+				});
+			});
+		}
+
+		it("exits non-zero, naming the bad variable on stderr, before starting anything", async () => {
+			const dataDir = newDataDir();
+			const result = await runServer({ DATA_DIR: dataDir, DELIVERY_RETRY_SCHEDULE: "5m,1m", PORT: "not-a-port" });
+			expect(result.code).not.toBe(0);
+			expect(result.stderr).toMatch(/^\s*PORT: /m);
+			expect(result.stdout).toBe("");
+			expect(fs.readdirSync(dataDir)).toEqual([]);
+		});
+
+		it("exits non-zero in production without secrets, naming them", async () => {
+			const result = await runServer({ NODE_ENV: "production", DATA_DIR: newDataDir() });
+			expect(result.code).not.toBe(0);
+			expect(result.stderr).toMatch(/SECRETS_KEY/);
+			expect(result.stderr).toMatch(/AUTH_JWT_SECRET/);
+		});
+	});
+});
