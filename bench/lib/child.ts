@@ -1,0 +1,64 @@
+// Runs a benchmark's server in a child process. On a 2-core machine this gives the server under
+// test one core and the load generator (in the parent) the other, instead of both fighting
+// over one event loop, which would measure the load generator as much as the server.
+import { fork, type ChildProcess } from "node:child_process";
+
+export interface ChildServer<Ready> {
+	/** What the child reported once it was ready (e.g. its port). */
+	ready: Ready;
+	process: ChildProcess;
+	stop(): Promise<void>;
+}
+
+const STOP_GRACE_MS = 15_000;
+
+/**
+ * Forks `script` (TypeScript, run through tsx) with `env` added to this process's environment,
+ * and waits for its first IPC message. The script reports readiness with `process.send(...)`
+ * and should stop cleanly on SIGTERM.
+ */
+export function startChild<Ready>(script: string, env: Record<string, string>, timeoutMs = 120_000): Promise<ChildServer<Ready>> {
+	const child = fork(script, [], {
+		env: { ...process.env, ...env },
+		execArgv: ["--import", "tsx"],
+		// The child's logs join ours on stderr; stdout stays clean for the JSON result.
+		stdio: ["ignore", process.stderr, process.stderr, "ipc"],
+	});
+	const exited = new Promise<void>(resolve => child.once("exit", () => resolve()));
+	const stop = async () => {
+		if (child.exitCode !== null || child.signalCode !== null) return;
+		child.kill("SIGTERM");
+		const timer = setTimeout(() => child.kill("SIGKILL"), STOP_GRACE_MS);
+		await exited;
+		clearTimeout(timer);
+	};
+	return new Promise((resolve, reject) => {
+		const timer = setTimeout(() => {
+			void stop();
+			reject(new Error(`${script} did not report ready within ${timeoutMs} ms`));
+		}, timeoutMs);
+		child.once("message", message => {
+			clearTimeout(timer);
+			resolve({ ready: message as Ready, process: child, stop });
+		});
+		child.once("exit", code => {
+			clearTimeout(timer);
+			reject(new Error(`${script} exited with code ${code} before it was ready`));
+		});
+	});
+}
+
+/** For the child side: report readiness, and stop `shutdown` on SIGTERM or when the parent goes. */
+export function serveUntilStopped(ready: unknown, shutdown: () => Promise<void>): void {
+	let stopping = false;
+	const stop = () => {
+		if (stopping) return;
+		stopping = true;
+		shutdown()
+			.catch(err => process.stderr.write(`shutdown failed: ${String(err)}\n`))
+			.finally(() => process.exit(0));
+	};
+	process.on("SIGTERM", stop);
+	process.on("disconnect", stop);
+	process.send?.(ready);
+}
