@@ -40,7 +40,8 @@ const positiveInt = (fallback: number) => z.coerce.number().int().positive().def
 export const ALL_SERVICES = ["api", "topics", "webhooks", "users", "dispatcher", "notifier"] as const;
 export type ServiceName = (typeof ALL_SERVICES)[number];
 
-const EnvSchema = z.object({
+// Exported so that a test can hold the README's configuration table to exactly these variables.
+export const EnvSchema = z.object({
 	NODE_ENV: z.string().default("development"),
 	PORT: z.coerce.number().int().min(0).max(65535).default(3000),
 	OPS_PORT: z.coerce.number().int().min(0).max(65535).default(3030),
