@@ -65,6 +65,8 @@ describe("docker-compose.yml", () => {
 		expect(config.TRANSPORTER).toBe("nats://nats:4222");
 		expect(new URL(config.DATABASE_URL!).hostname).toBe("postgres");
 		expect(new URL(config.SMTP_URL!).hostname).toBe("mailpit");
+		// The notifier refuses to start in production without the address its email links point to.
+		expect(config.PUBLIC_BASE_URL).toMatch(/^https?:\/\//);
 		// Production refuses to start without its secrets; with the operator's .env it has them.
 		expect(() => resolveSecrets(config)).not.toThrow();
 	});

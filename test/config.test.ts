@@ -4,7 +4,7 @@ import { spawn } from "node:child_process";
 import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
-import { ALL_SERVICES, ConfigError, loadConfig, parseConfig, resolveSecrets } from "../lib/config";
+import { ALL_SERVICES, ConfigError, EnvSchema, loadConfig, parseConfig, resolveSecrets } from "../lib/config";
 
 const ROOT = path.resolve(__dirname, "..");
 const KEY = Buffer.alloc(32, 1).toString("base64");
@@ -136,6 +136,15 @@ describe("configuration", () => {
 			const configured = loadConfig({ DATA_DIR: dataDir, AUTH_JWT_SECRET: JWT_SECRET, SECRETS_KEY: KEY }).config;
 			expect({ jwt: configured.AUTH_JWT_SECRET, key: configured.SECRETS_KEY }).toEqual({ jwt: JWT_SECRET, key: KEY });
 		});
+	});
+
+	it("is documented in full: the README's configuration table lists exactly the variables the service reads", () => {
+		const readme = fs.readFileSync(path.join(ROOT, "README.md"), "utf8");
+		const section = readme.split(/^## /m).find(part => part.startsWith("Configuration\n"));
+		expect(section).toBeDefined();
+		const documented = [...section!.matchAll(/^\| `([A-Z][A-Z0-9_]*)` \|/gm)].map(match => match[1]);
+		expect(new Set(documented).size).toBe(documented.length);
+		expect([...documented].sort()).toEqual(Object.keys(EnvSchema.shape).sort());
 	});
 
 	describe("the server entry point", () => {
