@@ -80,7 +80,11 @@ export class ZodValidator extends Validators.Base {
 			const schema = schemaOf(params);
 			if (!schema) return handler;
 			return function validateWithZod(ctx: Context) {
-				ctx.params = parseOrThrow(schema, ctx.params ?? {});
+				const result = schema.safeParse(ctx.params ?? {});
+				// Reject rather than throw: moleculer's context tracking only releases a context in
+				// the promise's then/catch, so a synchronous throw would leak it and stall shutdown.
+				if (!result.success) return Promise.reject(validationError(result.error));
+				ctx.params = result.data;
 				return handler(ctx);
 			};
 		};

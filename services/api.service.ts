@@ -223,7 +223,11 @@ const ApiService: ServiceSchema<ServiceSettingSchema, ApiThis> = {
 	// applied to the merged schema, before that runs.
 	merged(this: ApiThis, schema: ServiceSchema) {
 		const config = configOf(this.broker);
-		const settings = schema.settings as Record<string, any>;
+		const settings = schema.settings as {
+			port: number;
+			ip: string;
+			routes: Array<{ rateLimit: { limit: number }; use: unknown[] }>;
+		};
 		settings.port = config.PORT;
 		settings.ip = config.HOST;
 		const route = settings.routes[0];
@@ -240,7 +244,8 @@ const ApiService: ServiceSchema<ServiceSettingSchema, ApiThis> = {
 				jsonParser(req, res, err => {
 					if (!err) {
 						const body = req.body;
-						if (body !== null && (typeof body !== "object" || Array.isArray(body))) {
+						// `null`, strings, numbers and arrays are valid JSON but not a request object.
+						if (typeof body !== "object" || body === null || Array.isArray(body)) {
 							return next(new HttpProblem(422, "The body must be a JSON object", "validation-error"));
 						}
 						return next();

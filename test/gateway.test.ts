@@ -54,4 +54,19 @@ describe("gateway", () => {
 		expectProblem(response, 503);
 		expect(response.text).not.toMatch(/stack|at .*\.ts/);
 	});
+
+	it("answers 422 for a JSON body that is not an object: null, a string, a number, an array", async () => {
+		for (const body of ["null", '"text"', "42", "[1,2]"]) {
+			const response = await stack.request("PUT", "/id/v3/user/settings", { token, body, headers: { "content-type": "application/json" } });
+			expectProblem(response, 422);
+		}
+	});
+
+	it("releases the call context of a request that fails validation", async () => {
+		// A validator that throws synchronously leaves the context tracked, and shutdown then
+		// waits for it until its timeout.
+		await expect(stack.app.broker.call("topics.register", { topic: "NOT A TOPIC" })).rejects.toMatchObject({ code: 422 });
+		const topics = stack.app.broker.getLocalService("topics") as unknown as { _trackedContexts: unknown[] };
+		expect(topics._trackedContexts).toHaveLength(0);
+	});
 });
