@@ -20,10 +20,13 @@ export class MicroBatcher<Item, Result> {
 	 * @param handle processes one batch and returns one result per item, in order; if it throws,
 	 * every item of that batch is rejected with the error.
 	 * @param maxBatch the largest batch handed to `handle`.
+	 * @param lingerMs how long a batch waits for company before it starts (0: the next turn of
+	 * the event loop). Worth a few milliseconds where nobody waits for the result.
 	 */
 	constructor(
 		private readonly handle: BatchHandler<Item, Result>,
 		private readonly maxBatch = 500,
+		private readonly lingerMs = 0,
 	) {}
 
 	get size(): number {
@@ -48,13 +51,15 @@ export class MicroBatcher<Item, Result> {
 	private schedule(): void {
 		if (this.scheduled || this.running) return;
 		this.scheduled = true;
-		setImmediate(() => {
+		const start = () => {
 			this.scheduled = false;
 			this.running = this.runBatches().finally(() => {
 				this.running = null;
 				if (this.queue.length > 0) this.schedule();
 			});
-		});
+		};
+		if (this.lingerMs > 0) setTimeout(start, this.lingerMs);
+		else setImmediate(start);
 	}
 
 	private async runBatches(): Promise<void> {

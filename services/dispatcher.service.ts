@@ -24,6 +24,8 @@ import { dispatcherMigrations } from "../migrations/dispatcher";
 import { invalidField, isDependencyFailure, NotFoundError } from "../lib/errors";
 import { buildPage, decodeCursor } from "../lib/pagination";
 import { MicroBatcher } from "../lib/micro-batcher";
+import { timeOrderedUuid } from "../lib/ids";
+import { prepared, sqliteBoolean, sqliteConnectionOf } from "../lib/sqlite-statements";
 import { scheduleNextAttempt } from "../lib/retry-schedule";
 import { counter, histogram } from "../lib/metrics";
 import { WebhookSender, type DeliveryOutcome } from "../lib/webhook-sender";
@@ -62,6 +64,9 @@ const PARKED_RECHECK_POLLS = 30;
 const MAX_CLAIM_BATCH = 500;
 const MAX_INTAKE_BATCH = 500;
 const MAX_RESULT_BATCH = 500;
+// Results wait this long to be written together: nobody waits on them, and fewer, larger
+// transactions cost the single SQLite writer much less.
+const RESULT_LINGER_MS = 5;
 // Rows per multi-row statement: stays far below SQLite's and PostgreSQL's bind-variable limits.
 const ROWS_PER_STATEMENT = 200;
 const REJECTED_EXCERPT_CHARS = 2_000;
@@ -98,6 +103,9 @@ interface DeliveryRow {
 	/** From delivery_messages, joined in for the log. */
 	type?: string;
 }
+
+/** What intake writes; the other columns start at their defaults (0, false, null). */
+type NewDeliveryRow = Pick<DeliveryRow, "id" | "event_id" | "webhook_id" | "customer_id" | "status" | "next_attempt_at" | "lease_id" | "created_at" | "updated_at">;
 
 interface AttemptRow {
 	delivery_id: string;
@@ -163,7 +171,7 @@ type DispatcherThis = DbServiceThis & {
 	queues: Map<string, LeasedDelivery[]>;
 	inFlight: number;
 	inFlightByWebhook: Map<string, number>;
-	/** Leases held (queued + in flight + result not yet written), overall and per webhook. */
+	/** Leases held by the worker (queued + in flight), overall and per webhook. */
 	held: number;
 	heldByWebhook: Map<string, number>;
 	attemptsInFlight: Set<Promise<void>>;
@@ -195,6 +203,10 @@ type DispatcherThis = DbServiceThis & {
 	afterAttempt(delivery: LeasedDelivery, outcome: DeliveryOutcome): DeliveryUpdate;
 	finish(delivery: LeasedDelivery, change: Omit<DeliveryUpdate, "delivery">): void;
 	writeUpdates(updates: DeliveryUpdate[]): Promise<boolean[]>;
+	insertMessages(trx: Knex.Transaction, rows: MessageRow[]): Promise<Set<string>>;
+	insertDeliveries(trx: Knex.Transaction, rows: NewDeliveryRow[]): Promise<void>;
+	updateLeased(trx: Knex.Transaction, updates: DeliveryUpdate[], now: string): Promise<Set<string>>;
+	insertAttempts(trx: Knex.Transaction, rows: AttemptRow[]): Promise<void>;
 	claimDue(): Promise<void>;
 	claimUntilFull(): Promise<void>;
 	claimBatch(limit: number): Promise<LeasedDelivery[]>;
@@ -458,7 +470,7 @@ const DispatcherService: ServiceSchema<ServiceSettingSchema, DispatcherThis> = {
 			}
 			const occurredAt = event.occurred_at ? new Date(event.occurred_at).toISOString() : nowIso();
 			return this.intake.add({
-				eventId: (event.event_id ?? crypto.randomUUID()).toLowerCase(),
+				eventId: (event.event_id ?? timeOrderedUuid()).toLowerCase(),
 				customerId,
 				userId: event.user_id,
 				type: TASKING_ORDER_STATUS_TOPIC,
@@ -506,9 +518,9 @@ const DispatcherService: ServiceSchema<ServiceSettingSchema, DispatcherThis> = {
 			let unleased = 0;
 			try {
 				await this.db.transaction(async trx => {
-					const inserted = new Set<string>();
-					for (const batch of chunks([...firstOfEvent.values()], ROWS_PER_STATEMENT)) {
-						const rows: MessageRow[] = batch.map(item => ({
+					const inserted = await this.insertMessages(
+						trx,
+						[...firstOfEvent.values()].map(item => ({
 							event_id: item.eventId,
 							customer_id: item.customerId,
 							user_id: item.userId,
@@ -516,18 +528,16 @@ const DispatcherService: ServiceSchema<ServiceSettingSchema, DispatcherThis> = {
 							body: item.body,
 							occurred_at: item.occurredAt,
 							created_at: now,
-						}));
-						const returned: Array<{ event_id: string }> = await trx("delivery_messages").insert(rows).onConflict("event_id").ignore().returning("event_id");
-						for (const row of returned) inserted.add(row.event_id);
-					}
+						})),
+					);
 
-					const deliveryRows: DeliveryRow[] = [];
+					const deliveryRows: NewDeliveryRow[] = [];
 					for (const item of firstOfEvent.values()) {
 						if (!inserted.has(item.eventId)) continue;
 						const subscribers = subscribersOf.get(item.customerId) ?? [];
 						deliveriesOf.set(item.eventId, subscribers.length);
 						for (const subscriber of subscribers) {
-							const id = crypto.randomUUID();
+							const id = timeOrderedUuid();
 							const lease = !this.stopping && this.takeLease(subscriber.id);
 							if (lease) leased.push({ id, webhookId: subscriber.id, body: item.body, leaseId, leaseExpiresAt, attemptCount: 0, firstAttemptAt: null, manualRetry: false });
 							else unleased += 1;
@@ -537,21 +547,14 @@ const DispatcherService: ServiceSchema<ServiceSettingSchema, DispatcherThis> = {
 								webhook_id: subscriber.id,
 								customer_id: item.customerId,
 								status: "pending",
-								attempt_count: 0,
 								next_attempt_at: lease ? leaseExpiry : now,
 								lease_id: lease ? leaseId : null,
-								parked: false,
-								manual_retry: false,
-								first_attempt_at: null,
-								last_attempt_at: null,
-								last_status_code: null,
-								last_error_kind: null,
 								created_at: now,
 								updated_at: now,
 							});
 						}
 					}
-					for (const batch of chunks(deliveryRows, ROWS_PER_STATEMENT)) await trx("deliveries").insert(batch);
+					await this.insertDeliveries(trx, deliveryRows);
 				});
 			} catch (err) {
 				for (const delivery of leased) this.releaseHold(delivery.webhookId);
@@ -733,9 +736,16 @@ const DispatcherService: ServiceSchema<ServiceSettingSchema, DispatcherThis> = {
 			return { delivery, status: "pending", attemptCount, nextAttemptAt: next.toISOString(), parked: false, manualRetry: false, outcome };
 		},
 
-		/** Queues the write-back of a leased delivery and frees its slot once written. */
+		/**
+		 * Frees the delivery's slot and queues the write-back of its result. The slot is free at
+		 * once: the row stays leased in the database until the write lands, so nobody else claims it.
+		 */
 		finish(this: DispatcherThis, delivery: LeasedDelivery, change: Omit<DeliveryUpdate, "delivery">): void {
 			const update: DeliveryUpdate = { ...change, delivery };
+			this.releaseHold(delivery.webhookId);
+			// Claim in batches, not one row per finished delivery.
+			const room = this.config.DELIVERY_CONCURRENCY * LEASE_BUFFER_FACTOR - this.held;
+			if (this.backlog && room >= this.config.DELIVERY_CONCURRENCY) this.claimSoon();
 			const write = async () => {
 				for (let attempt = 1; ; attempt += 1) {
 					try {
@@ -752,12 +762,7 @@ const DispatcherService: ServiceSchema<ServiceSettingSchema, DispatcherThis> = {
 					}
 				}
 			};
-			void write().finally(() => {
-				this.releaseHold(delivery.webhookId);
-				// Claim in batches, not one row per finished delivery.
-				const room = this.config.DELIVERY_CONCURRENCY * LEASE_BUFFER_FACTOR - this.held;
-				if (this.backlog && room >= this.config.DELIVERY_CONCURRENCY) this.claimSoon();
-			});
+			void write();
 		},
 
 		/**
@@ -766,44 +771,9 @@ const DispatcherService: ServiceSchema<ServiceSettingSchema, DispatcherThis> = {
 		 */
 		async writeUpdates(this: DispatcherThis, updates: DeliveryUpdate[]): Promise<boolean[]> {
 			const now = nowIso();
-			const matched = new Set<string>();
+			let matched = new Set<string>();
 			await this.db.transaction(async trx => {
-				for (const batch of chunks(updates, ROWS_PER_STATEMENT)) {
-					const values = batch.map(() => "(?, ?, ?, CAST(? AS integer), ?, CAST(? AS integer), CAST(? AS integer), CAST(? AS integer), ?, CAST(? AS integer), ?)").join(", ");
-					const bindings = batch.flatMap(update => [
-						update.delivery.id,
-						update.delivery.leaseId,
-						update.status,
-						update.attemptCount,
-						update.nextAttemptAt,
-						update.parked ? 1 : 0,
-						update.manualRetry ? 1 : 0,
-						update.outcome ? 1 : 0,
-						update.outcome?.attemptedAt ?? null,
-						update.outcome?.statusCode ?? null,
-						update.outcome?.errorKind ?? null,
-					]);
-					const result = await trx.raw(
-						`WITH v(id, lease_id, status, attempt_count, next_attempt_at, parked, manual_retry, attempted, attempted_at, status_code, error_kind) AS (VALUES ${values})
-						UPDATE deliveries SET
-							status = v.status,
-							attempt_count = v.attempt_count,
-							next_attempt_at = v.next_attempt_at,
-							parked = (v.parked = 1),
-							manual_retry = (v.manual_retry = 1),
-							lease_id = NULL,
-							first_attempt_at = COALESCE(deliveries.first_attempt_at, v.attempted_at),
-							last_attempt_at = CASE WHEN v.attempted = 1 THEN v.attempted_at ELSE deliveries.last_attempt_at END,
-							last_status_code = CASE WHEN v.attempted = 1 THEN v.status_code ELSE deliveries.last_status_code END,
-							last_error_kind = CASE WHEN v.attempted = 1 THEN v.error_kind ELSE deliveries.last_error_kind END,
-							updated_at = ?
-						FROM v
-						WHERE deliveries.id = v.id AND deliveries.lease_id = v.lease_id
-						RETURNING deliveries.id`,
-						[...bindings, now],
-					);
-					for (const row of rowsOf<{ id: string }>(result)) matched.add(row.id);
-				}
+				matched = await this.updateLeased(trx, updates, now);
 				const attempts: AttemptRow[] = updates
 					.filter(update => update.outcome && matched.has(update.delivery.id))
 					.map(({ delivery, attemptCount, outcome }) => ({
@@ -818,9 +788,138 @@ const DispatcherService: ServiceSchema<ServiceSettingSchema, DispatcherThis> = {
 						duration_ms: outcome!.durationMs,
 						response_excerpt: outcome!.responseExcerpt,
 					}));
-				for (const batch of chunks(attempts, ROWS_PER_STATEMENT)) await trx("delivery_attempts").insert(batch);
+				await this.insertAttempts(trx, attempts);
 			});
 			return updates.map(update => matched.has(update.delivery.id));
+		},
+
+		// ---- hot writes: one prepared statement per row on SQLite, multi-row statements on PostgreSQL
+
+		/** Inserts the messages whose event_id is new; returns those event_ids. */
+		async insertMessages(this: DispatcherThis, trx: Knex.Transaction, rows: MessageRow[]): Promise<Set<string>> {
+			const inserted = new Set<string>();
+			const sqlite = await sqliteConnectionOf(trx);
+			if (sqlite) {
+				const insert = prepared(
+					sqlite,
+					`INSERT INTO delivery_messages (event_id, customer_id, user_id, type, body, occurred_at, created_at)
+					VALUES (@event_id, @customer_id, @user_id, @type, @body, @occurred_at, @created_at) ON CONFLICT (event_id) DO NOTHING`,
+				);
+				for (const row of rows) if (insert.run(row).changes === 1) inserted.add(row.event_id);
+				return inserted;
+			}
+			for (const batch of chunks(rows, ROWS_PER_STATEMENT)) {
+				const returned: Array<{ event_id: string }> = await trx("delivery_messages").insert(batch).onConflict("event_id").ignore().returning("event_id");
+				for (const row of returned) inserted.add(row.event_id);
+			}
+			return inserted;
+		},
+
+		async insertDeliveries(this: DispatcherThis, trx: Knex.Transaction, rows: NewDeliveryRow[]): Promise<void> {
+			const sqlite = await sqliteConnectionOf(trx);
+			if (sqlite) {
+				const insert = prepared(
+					sqlite,
+					`INSERT INTO deliveries (id, event_id, webhook_id, customer_id, status, next_attempt_at, lease_id, created_at, updated_at)
+					VALUES (@id, @event_id, @webhook_id, @customer_id, @status, @next_attempt_at, @lease_id, @created_at, @updated_at)`,
+				);
+				for (const row of rows) insert.run(row);
+				return;
+			}
+			for (const batch of chunks(rows, ROWS_PER_STATEMENT)) await trx("deliveries").insert(batch);
+		},
+
+		/**
+		 * Writes each update where the delivery's lease still matches, and returns the ids that
+		 * matched. A delivery whose lease was lost (cancelled, taken over) is left alone.
+		 */
+		async updateLeased(this: DispatcherThis, trx: Knex.Transaction, updates: DeliveryUpdate[], now: string): Promise<Set<string>> {
+			const matched = new Set<string>();
+			const sqlite = await sqliteConnectionOf(trx);
+			if (sqlite) {
+				const update = prepared(
+					sqlite,
+					`UPDATE deliveries SET
+						status = @status, attempt_count = @attempt_count, next_attempt_at = @next_attempt_at,
+						parked = @parked, manual_retry = @manual_retry, lease_id = NULL,
+						first_attempt_at = COALESCE(first_attempt_at, @attempted_at),
+						last_attempt_at = CASE WHEN @attempted = 1 THEN @attempted_at ELSE last_attempt_at END,
+						last_status_code = CASE WHEN @attempted = 1 THEN @status_code ELSE last_status_code END,
+						last_error_kind = CASE WHEN @attempted = 1 THEN @error_kind ELSE last_error_kind END,
+						updated_at = @updated_at
+					WHERE id = @id AND lease_id = @lease_id`,
+				);
+				for (const change of updates) {
+					const result = update.run({
+						id: change.delivery.id,
+						lease_id: change.delivery.leaseId,
+						status: change.status,
+						attempt_count: change.attemptCount,
+						next_attempt_at: change.nextAttemptAt,
+						parked: sqliteBoolean(change.parked),
+						manual_retry: sqliteBoolean(change.manualRetry),
+						attempted: change.outcome ? 1 : 0,
+						attempted_at: change.outcome?.attemptedAt ?? null,
+						status_code: change.outcome?.statusCode ?? null,
+						error_kind: change.outcome?.errorKind ?? null,
+						updated_at: now,
+					});
+					if (result.changes === 1) matched.add(change.delivery.id);
+				}
+				return matched;
+			}
+			// One statement for the whole batch: a VALUES list joined to the rows it updates.
+			for (const batch of chunks(updates, ROWS_PER_STATEMENT)) {
+				const values = batch.map(() => "(?, ?, ?, CAST(? AS integer), ?, CAST(? AS integer), CAST(? AS integer), CAST(? AS integer), ?, CAST(? AS integer), ?)").join(", ");
+				const bindings = batch.flatMap(change => [
+					change.delivery.id,
+					change.delivery.leaseId,
+					change.status,
+					change.attemptCount,
+					change.nextAttemptAt,
+					change.parked ? 1 : 0,
+					change.manualRetry ? 1 : 0,
+					change.outcome ? 1 : 0,
+					change.outcome?.attemptedAt ?? null,
+					change.outcome?.statusCode ?? null,
+					change.outcome?.errorKind ?? null,
+				]);
+				const result = await trx.raw(
+					`WITH v(id, lease_id, status, attempt_count, next_attempt_at, parked, manual_retry, attempted, attempted_at, status_code, error_kind) AS (VALUES ${values})
+					UPDATE deliveries SET
+						status = v.status,
+						attempt_count = v.attempt_count,
+						next_attempt_at = v.next_attempt_at,
+						parked = (v.parked = 1),
+						manual_retry = (v.manual_retry = 1),
+						lease_id = NULL,
+						first_attempt_at = COALESCE(deliveries.first_attempt_at, v.attempted_at),
+						last_attempt_at = CASE WHEN v.attempted = 1 THEN v.attempted_at ELSE deliveries.last_attempt_at END,
+						last_status_code = CASE WHEN v.attempted = 1 THEN v.status_code ELSE deliveries.last_status_code END,
+						last_error_kind = CASE WHEN v.attempted = 1 THEN v.error_kind ELSE deliveries.last_error_kind END,
+						updated_at = ?
+					FROM v
+					WHERE deliveries.id = v.id AND deliveries.lease_id = v.lease_id
+					RETURNING deliveries.id`,
+					[...bindings, now],
+				);
+				for (const row of rowsOf<{ id: string }>(result)) matched.add(row.id);
+			}
+			return matched;
+		},
+
+		async insertAttempts(this: DispatcherThis, trx: Knex.Transaction, rows: AttemptRow[]): Promise<void> {
+			const sqlite = await sqliteConnectionOf(trx);
+			if (sqlite) {
+				const insert = prepared(
+					sqlite,
+					`INSERT INTO delivery_attempts (delivery_id, attempt, attempted_at, success, status_code, error_kind, title, detail, duration_ms, response_excerpt)
+					VALUES (@delivery_id, @attempt, @attempted_at, @success, @status_code, @error_kind, @title, @detail, @duration_ms, @response_excerpt)`,
+				);
+				for (const row of rows) insert.run({ ...row, success: sqliteBoolean(Boolean(row.success)) });
+				return;
+			}
+			for (const batch of chunks(rows, ROWS_PER_STATEMENT)) await trx("delivery_attempts").insert(batch);
 		},
 
 		// ---- claims -------------------------------------------------------------------------
@@ -1012,7 +1111,7 @@ const DispatcherService: ServiceSchema<ServiceSettingSchema, DispatcherThis> = {
 		this.pollTimer = null;
 		this.polls = 0;
 		this.intake = new MicroBatcher(items => this.persistEvents(items), MAX_INTAKE_BATCH);
-		this.results = new MicroBatcher(updates => this.writeUpdates(updates), MAX_RESULT_BATCH);
+		this.results = new MicroBatcher(updates => this.writeUpdates(updates), MAX_RESULT_BATCH, RESULT_LINGER_MS);
 		this.metrics = {
 			attempts: counter(this.broker, "webhook_delivery_attempts_total", "Webhook delivery attempts, by result", ["result"]),
 			deliveries: counter(this.broker, "webhook_deliveries_finished_total", "Webhook deliveries that reached a final status", ["status"]),

@@ -1,0 +1,294 @@
+// Delivery benchmark (npm run bench, "delivery" part; or `tsx bench/delivery.ts` alone).
+//
+// 1. Raw baseline: signed Standard Webhooks POSTs with undici straight to a loopback HTTPS
+//    receiver, CONCURRENCY at a time, no broker, no database.
+// 2. The dispatcher: events through the real services (moleculer, intake, persistence, leases,
+//    sender, result writes) to the same receiver with DELIVERY_CONCURRENCY = CONCURRENCY;
+//    sustained deliveries/s counted until every delivery is recorded as succeeded.
+// 3. Latency from event to first attempt at half of that sustained rate (open loop).
+//
+// The receiver runs in a worker thread, so it has its own event loop as a real one would.
+// Embedded default: SQLite under a temporary DATA_DIR; BENCH_DATABASE_URL=postgres://… measures
+// PostgreSQL instead (in a throw-away schema).
+import crypto from "node:crypto";
+import fs from "node:fs";
+import os from "node:os";
+import path from "node:path";
+import { performance } from "node:perf_hooks";
+import { Worker } from "node:worker_threads";
+import knex, { type Knex } from "knex";
+import { Agent, request } from "undici";
+import { createApp, type App } from "../app";
+import { parseConfig, resolveSecrets } from "../lib/config";
+import { generateWebhookSecret } from "../lib/crypto";
+import { signMessage } from "../lib/signing";
+import { testCertificate } from "../test/helpers/https-receiver";
+
+const CONCURRENCY = Number(process.env.BENCH_CONCURRENCY ?? 64);
+const DELIVERIES = Number(process.env.BENCH_DELIVERIES ?? 20_000);
+const WARM_UP = 1_000;
+const LATENCY_SECONDS = Number(process.env.BENCH_LATENCY_SECONDS ?? 5);
+const PUBLISH_WINDOW = 1_000;
+const GOAL_RATIO = 0.5;
+
+const epochMs = () => performance.timeOrigin + performance.now();
+const sleep = (ms: number) => new Promise(resolve => setTimeout(resolve, ms));
+
+// The receiver: answers 200 once the body is read; for bodies carrying data.sent_at it records
+// the latency from the event to its arrival.
+const RECEIVER_SOURCE = `
+const https = require("node:https");
+const { parentPort, workerData } = require("node:worker_threads");
+let received = 0;
+let latencies = [];
+const server = https.createServer({ key: workerData.key, cert: workerData.cert, keepAliveTimeout: 30000 }, (req, res) => {
+	const chunks = [];
+	req.on("data", chunk => chunks.push(chunk));
+	req.on("end", () => {
+		const now = performance.timeOrigin + performance.now();
+		received += 1;
+		const body = Buffer.concat(chunks).toString("utf8");
+		const at = body.indexOf('"sent_at":');
+		if (at >= 0) latencies.push(now - parseFloat(body.slice(at + 10)));
+		res.writeHead(200, { "content-type": "text/plain" });
+		res.end("ok");
+	});
+});
+server.listen(0, "127.0.0.1", () => parentPort.postMessage({ port: server.address().port }));
+parentPort.on("message", message => {
+	if (message === "stats") parentPort.postMessage({ received, latencies });
+	if (message === "reset") { received = 0; latencies = []; }
+});
+`;
+
+interface ReceiverStats {
+	received: number;
+	latencies: number[];
+}
+
+class Receiver {
+	private constructor(
+		private readonly worker: Worker,
+		readonly port: number,
+	) {}
+
+	static async start(key: string, cert: string): Promise<Receiver> {
+		const worker = new Worker(RECEIVER_SOURCE, { eval: true, workerData: { key, cert } });
+		const port = await new Promise<number>(resolve => worker.once("message", message => resolve(message.port)));
+		return new Receiver(worker, port);
+	}
+
+	stats(): Promise<ReceiverStats> {
+		return new Promise(resolve => {
+			this.worker.once("message", resolve);
+			this.worker.postMessage("stats");
+		});
+	}
+
+	reset(): void {
+		this.worker.postMessage("reset");
+	}
+
+	stop(): Promise<number> {
+		return this.worker.terminate();
+	}
+}
+
+function percentile(sorted: number[], p: number): number {
+	if (sorted.length === 0) return NaN;
+	return sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))];
+}
+
+const round = (value: number, digits = 1) => Number(value.toFixed(digits));
+
+function sampleBody(i: number): string {
+	return JSON.stringify({
+		type: "tasking:order_status",
+		timestamp: new Date().toISOString(),
+		data: { order_id: `order-${i}`, status: "fulfilled", previous_status: "in progress", user_id: "bench-user", order_name: "Benchmark order", priority: "standard" },
+	});
+}
+
+/** Signed POSTs with undici and nothing else: the ceiling for this receiver and concurrency. */
+async function rawBaseline(url: string, ca: string, count: number): Promise<number> {
+	const agent = new Agent({ connections: CONCURRENCY, connect: { ca } });
+	const secret = generateWebhookSecret();
+	let next = 0;
+	const worker = async () => {
+		while (next < count) {
+			const i = next++;
+			const body = sampleBody(i);
+			const messageId = `msg_${crypto.randomUUID()}`;
+			const now = new Date();
+			const response = await request(url, {
+				method: "POST",
+				dispatcher: agent,
+				headers: {
+					"content-type": "application/json",
+					"webhook-id": messageId,
+					"webhook-timestamp": String(Math.floor(now.getTime() / 1000)),
+					"webhook-signature": signMessage(messageId, now, body, [secret]),
+				},
+				body,
+			});
+			await response.body.text();
+			if (response.statusCode !== 200) throw new Error(`baseline got HTTP ${response.statusCode}`);
+		}
+	};
+	await Promise.all(Array.from({ length: CONCURRENCY }, worker)); // warm-up
+	next = 0;
+	const started = performance.now();
+	await Promise.all(Array.from({ length: CONCURRENCY }, worker));
+	const seconds = (performance.now() - started) / 1000;
+	await agent.close();
+	return count / seconds;
+}
+
+interface DispatcherStack {
+	app: App;
+	db: Knex;
+	dataDir: string;
+	schema?: string;
+	stop(): Promise<void>;
+}
+
+async function startDispatcher(caFile: string): Promise<DispatcherStack> {
+	const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), "swh-bench-"));
+	const databaseUrl = process.env.BENCH_DATABASE_URL;
+	const schema = databaseUrl ? `bench_${crypto.randomBytes(4).toString("hex")}` : undefined;
+	const config = parseConfig({
+		NODE_ENV: "bench",
+		DATA_DIR: dataDir,
+		SERVICES: "topics,webhooks,users,dispatcher",
+		LOG_LEVEL: "error",
+		WEBHOOK_ALLOW_NETS: "127.0.0.0/8",
+		WEBHOOK_CA_FILE: caFile,
+		DELIVERY_CONCURRENCY: String(CONCURRENCY),
+		DELIVERY_WEBHOOK_CONCURRENCY: String(CONCURRENCY),
+		...(databaseUrl ? { DATABASE_URL: databaseUrl, DATABASE_SCHEMA: schema } : {}),
+	});
+	resolveSecrets(config);
+	const app = createApp(config, { broker: { logger: false } });
+	await app.start();
+	const db = databaseUrl
+		? knex({ client: "pg", connection: databaseUrl, searchPath: [schema!], pool: { min: 0, max: 1 } })
+		: knex({ client: "better-sqlite3", connection: { filename: path.join(dataDir, "service.sqlite") }, useNullAsDefault: true });
+	return {
+		app,
+		db,
+		dataDir,
+		schema,
+		async stop() {
+			await app.stop();
+			if (schema) await db.raw(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`);
+			await db.destroy();
+			fs.rmSync(dataDir, { recursive: true, force: true });
+		},
+	};
+}
+
+async function countWhere(db: Knex, status: string): Promise<number> {
+	const [{ count }] = await db("deliveries").where({ status }).count({ count: "*" });
+	return Number(count);
+}
+
+/** Waits until `expected` deliveries are recorded as succeeded (polls the small pending set). */
+async function waitForSucceeded(db: Knex, expected: number): Promise<number> {
+	for (;;) {
+		if ((await countWhere(db, "pending")) === 0 && (await countWhere(db, "succeeded")) >= expected) return performance.now();
+		// Not too often: counting competes with the dispatcher for the one CPU it runs on.
+		await sleep(100);
+	}
+}
+
+/** Acknowledged publishes, at most PUBLISH_WINDOW outstanding. */
+async function publishMany(app: App, count: number, offset: number): Promise<void> {
+	let next = 0;
+	const publisher = async () => {
+		while (next < count) {
+			const i = offset + next++;
+			await app.broker.call("dispatcher.publish", { customer_id: "bench", user_id: "bench-user", order_id: `order-${i}`, status: "fulfilled", order_name: "Benchmark order" });
+		}
+	};
+	await Promise.all(Array.from({ length: PUBLISH_WINDOW }, publisher));
+}
+
+export async function run(): Promise<object> {
+	const { key, cert } = testCertificate();
+	const caDir = fs.mkdtempSync(path.join(os.tmpdir(), "swh-bench-ca-"));
+	const caFile = path.join(caDir, "ca.pem");
+	fs.writeFileSync(caFile, cert);
+	const receiver = await Receiver.start(key, cert);
+	const url = `https://127.0.0.1:${receiver.port}/hook`;
+	let stack: DispatcherStack | undefined;
+	try {
+		const baseline = await rawBaseline(url, cert, DELIVERIES);
+
+		stack = await startDispatcher(caFile);
+		const { app, db } = stack;
+		await app.broker.call("webhooks.create", { name: "bench", url, events: ["tasking:order_status"] }, { meta: { customerId: "bench" } });
+		await publishMany(app, WARM_UP, 0);
+		await waitForSucceeded(db, WARM_UP);
+
+		const started = performance.now();
+		await publishMany(app, DELIVERIES, WARM_UP);
+		const finished = await waitForSucceeded(db, WARM_UP + DELIVERIES);
+		const sustained = DELIVERIES / ((finished - started) / 1000);
+
+		// Open loop at half the sustained rate, through the event path producers use (broker.emit).
+		const rate = sustained / 2;
+		const tickMs = 10;
+		const total = Math.round(rate * LATENCY_SECONDS);
+		receiver.reset();
+		const loadStarted = performance.now();
+		let sent = 0;
+		while (sent < total) {
+			const due = Math.min(total, Math.floor(((performance.now() - loadStarted) / 1000) * rate));
+			for (; sent < due; sent++) {
+				app.broker.emit("tasking.order_status", {
+					customer_id: "bench",
+					user_id: "bench-user",
+					order_id: `latency-${sent}`,
+					status: "staged",
+					details: { sent_at: epochMs() },
+				});
+			}
+			await sleep(tickMs);
+		}
+		await waitForSucceeded(db, WARM_UP + DELIVERIES + total);
+		const { latencies } = await receiver.stats();
+		const sorted = [...latencies].sort((a, b) => a - b);
+		const ratio = sustained / baseline;
+
+		return {
+			engine: process.env.BENCH_DATABASE_URL ? "postgresql" : "sqlite",
+			concurrency: CONCURRENCY,
+			deliveries: DELIVERIES,
+			raw_baseline_deliveries_per_s: round(baseline),
+			dispatcher_deliveries_per_s: round(sustained),
+			ratio: round(ratio, 2),
+			goal_ratio: GOAL_RATIO,
+			meets_goal: ratio >= GOAL_RATIO,
+			latency_at_half_load: {
+				events_per_s: round(rate),
+				samples: sorted.length,
+				p50_ms: round(percentile(sorted, 50)),
+				p99_ms: round(percentile(sorted, 99)),
+			},
+		};
+	} finally {
+		await stack?.stop();
+		await receiver.stop();
+		fs.rmSync(caDir, { recursive: true, force: true });
+	}
+}
+
+if (require.main === module) {
+	run().then(
+		result => process.stdout.write(`${JSON.stringify({ delivery: result }, null, 2)}\n`),
+		err => {
+			process.stderr.write(`delivery benchmark failed: ${err instanceof Error ? err.stack : String(err)}\n`);
+			process.exit(1);
+		},
+	);
+}

@@ -1,0 +1,95 @@
+// The dispatcher's pure helpers: the message body, time-ordered ids and the micro-batcher.
+import { orderStatusMessage } from "../lib/schemas/deliveries";
+import { TaskingOrderStatusEvent } from "../lib/schemas/events";
+import { timeOrderedUuid } from "../lib/ids";
+import { MicroBatcher } from "../lib/micro-batcher";
+
+describe("orderStatusMessage", () => {
+	const event = (extra: Record<string, unknown> = {}) =>
+		TaskingOrderStatusEvent.parse({ user_id: "alice", order_id: "o-1", status: "Expired", ...extra });
+
+	it("puts the core keys first, with null for absent optional fields", () => {
+		const body = orderStatusMessage(event(), "tasking:order_status", "2026-01-01T00:00:00.000Z");
+		expect(body).toBe(
+			'{"type":"tasking:order_status","timestamp":"2026-01-01T00:00:00.000Z","data":{"order_id":"o-1","status":"expired","previous_status":null,"user_id":"alice","order_name":null}}',
+		);
+	});
+
+	it("passes details through, but core keys win and __proto__ stays a plain key", () => {
+		const details = JSON.parse('{"order_id":"forged","user_id":"mallory","cloud_cover":0.1,"__proto__":{"polluted":true}}');
+		// Straight from JSON.parse, as a producer's payload could arrive without the schema's copy.
+		const body = JSON.parse(orderStatusMessage({ ...event(), details }, "tasking:order_status", "2026-01-01T00:00:00.000Z"));
+		expect(body.data.order_id).toBe("o-1");
+		expect(body.data.user_id).toBe("alice");
+		expect(body.data.cloud_cover).toBe(0.1);
+		expect(Object.keys(body.data)).toContain("__proto__");
+		expect(({} as Record<string, unknown>).polluted).toBeUndefined();
+	});
+});
+
+describe("timeOrderedUuid", () => {
+	it("makes RFC 9562 version 7 UUIDs that sort by creation time", () => {
+		const ids = Array.from({ length: 50 }, (_, i) => timeOrderedUuid(1_700_000_000_000 + i * 7));
+		for (const id of ids) expect(id).toMatch(/^[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/);
+		expect([...ids].sort()).toEqual(ids);
+		expect(new Set(Array.from({ length: 1000 }, () => timeOrderedUuid(0))).size).toBe(1000);
+	});
+});
+
+describe("MicroBatcher", () => {
+	it("hands items that arrive together to one batch, and answers each with its own result", async () => {
+		const batches: number[][] = [];
+		const batcher = new MicroBatcher<number, number>(async items => {
+			batches.push(items);
+			return items.map(item => item * 10);
+		});
+		const results = await Promise.all([1, 2, 3].map(item => batcher.add(item)));
+		expect(results).toEqual([10, 20, 30]);
+		expect(batches).toEqual([[1, 2, 3]]);
+	});
+
+	it("lets items that arrive while a batch runs form the next batch, up to maxBatch each", async () => {
+		const batches: number[][] = [];
+		let release: () => void = () => {};
+		const batcher = new MicroBatcher<number, number>(async items => {
+			batches.push(items);
+			if (batches.length === 1) await new Promise<void>(resolve => (release = resolve));
+			return items;
+		}, 2);
+		const first = batcher.add(1);
+		await new Promise(resolve => setImmediate(resolve));
+		const later = [2, 3, 4].map(item => batcher.add(item));
+		release();
+		await Promise.all([first, ...later]);
+		expect(batches).toEqual([[1], [2, 3], [4]]);
+	});
+
+	it("rejects every item of a failed batch and keeps working", async () => {
+		let fail = true;
+		const batcher = new MicroBatcher<string, string>(async items => {
+			if (fail) throw new Error("database down");
+			return items;
+		});
+		await expect(Promise.all([batcher.add("a"), batcher.add("b")])).rejects.toThrow("database down");
+		fail = false;
+		await expect(batcher.add("c")).resolves.toBe("c");
+		await batcher.drain();
+		expect(batcher.size).toBe(0);
+	});
+
+	it("waits lingerMs for company when asked to", async () => {
+		const batches: string[][] = [];
+		const batcher = new MicroBatcher<string, string>(
+			async items => {
+				batches.push(items);
+				return items;
+			},
+			100,
+			30,
+		);
+		const first = batcher.add("a");
+		await new Promise(resolve => setTimeout(resolve, 5));
+		await Promise.all([first, batcher.add("b")]);
+		expect(batches).toEqual([["a", "b"]]);
+	});
+});
