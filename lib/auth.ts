@@ -62,24 +62,47 @@ export function createTokenVerifier(config: AppConfig): TokenVerifier {
 	if (config.AUTH_JWKS_URL) {
 		const jwks = createRemoteJWKSet(new URL(config.AUTH_JWKS_URL));
 		const algorithms = config.AUTH_ALGORITHMS.length ? config.AUTH_ALGORITHMS : ["RS256", "ES256"];
-		return async token => {
+		return rememberVerifiedTokens(async token => {
 			try {
 				const { payload } = await jwtVerify(token, jwks, { ...options, algorithms });
-				return principalFrom(payload, config.AUTH_CUSTOMER_CLAIM);
+				return { principal: principalFrom(payload, config.AUTH_CUSTOMER_CLAIM), expiresAt: payload.exp };
 			} catch (err) {
 				throw new AuthenticationError(describeJoseError(err));
 			}
-		};
+		});
 	}
 	if (!config.AUTH_JWT_SECRET) throw new Error("AUTH_JWT_SECRET is not configured");
 	const key = new TextEncoder().encode(config.AUTH_JWT_SECRET);
-	return async token => {
+	return rememberVerifiedTokens(async token => {
 		try {
 			const { payload } = await jwtVerify(token, key, { ...options, algorithms: ["HS256"] });
-			return principalFrom(payload, config.AUTH_CUSTOMER_CLAIM);
+			return { principal: principalFrom(payload, config.AUTH_CUSTOMER_CLAIM), expiresAt: payload.exp };
 		} catch (err) {
 			throw new AuthenticationError(describeJoseError(err));
 		}
+	});
+}
+
+const VERIFIED_TOKEN_CACHE_SIZE = 10_000;
+// Never trust a cached verification for longer than this, whatever the token's own expiry.
+const VERIFIED_TOKEN_MAX_AGE_MS = 60_000;
+
+/**
+ * A client sends the same token on every request until it expires; verifying its signature and
+ * claims each time is most of the cost of authentication. Successful verifications are kept
+ * until the token expires (or for a minute at most); failures are never cached.
+ */
+function rememberVerifiedTokens(verify: (token: string) => Promise<{ principal: Principal; expiresAt?: number }>): TokenVerifier {
+	const verified = new Map<string, { principal: Principal; validUntil: number }>();
+	return async token => {
+		const now = Date.now();
+		const cached = verified.get(token);
+		if (cached && cached.validUntil > now) return cached.principal;
+		const { principal, expiresAt } = await verify(token);
+		const validUntil = Math.min(now + VERIFIED_TOKEN_MAX_AGE_MS, expiresAt !== undefined ? expiresAt * 1000 : Infinity);
+		if (verified.size >= VERIFIED_TOKEN_CACHE_SIZE) verified.clear();
+		verified.set(token, { principal, validUntil });
+		return principal;
 	};
 }
 

@@ -60,7 +60,8 @@ function createKnex(config: AppConfig): Knex {
 		pool: {
 			min: 1,
 			max: 1,
-			afterCreate: (conn: { pragma: (sql: string) => unknown }, done: (err?: Error) => void) => {
+			afterCreate: (conn: SqliteHandle, done: (err?: Error) => void) => {
+				cachePreparedStatements(conn);
 				conn.pragma("journal_mode = WAL");
 				conn.pragma("synchronous = NORMAL");
 				conn.pragma("busy_timeout = 5000");
@@ -69,6 +70,34 @@ function createKnex(config: AppConfig): Knex {
 			},
 		},
 	});
+}
+
+interface SqliteHandle {
+	pragma(sql: string): unknown;
+	prepare(sql: string): unknown;
+}
+
+const STATEMENT_CACHE_SIZE = 500;
+
+/**
+ * knex prepares every SQLite statement anew, and preparing often costs more than running the
+ * query. better-sqlite3 statements are reusable (SQLite re-prepares them itself after a schema
+ * change), so keep the most recently used ones per connection.
+ */
+function cachePreparedStatements(conn: SqliteHandle): void {
+	const prepare = conn.prepare.bind(conn);
+	const cache = new Map<string, unknown>();
+	conn.prepare = (sql: string) => {
+		let statement = cache.get(sql);
+		if (statement) {
+			cache.delete(sql); // re-insert below: Map order doubles as recency order
+		} else {
+			statement = prepare(sql);
+			if (cache.size >= STATEMENT_CACHE_SIZE) cache.delete(cache.keys().next().value as string);
+		}
+		cache.set(sql, statement);
+		return statement;
+	};
 }
 
 /** Takes a reference on the process-wide knex instance for this configuration. */

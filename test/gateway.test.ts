@@ -69,4 +69,15 @@ describe("gateway", () => {
 		const topics = stack.app.broker.getLocalService("topics") as unknown as { _trackedContexts: unknown[] };
 		expect(topics._trackedContexts).toHaveLength(0);
 	});
+
+	it("stops accepting a remembered token once it expires", async () => {
+		const shortLived = await stack.token("alice", { expiresIn: "2s" });
+		expect((await stack.request("GET", "/id/v3/webhooks/events", { token: shortLived })).status).toBe(200);
+		let status = 200;
+		for (let i = 0; i < 40 && status === 200; i++) {
+			await new Promise(resolve => setTimeout(resolve, 250));
+			status = (await stack.request("GET", "/id/v3/webhooks/events", { token: shortLived })).status;
+		}
+		expect(status).toBe(401);
+	});
 });
