@@ -233,6 +233,9 @@ function chunks<T>(items: T[], size: number): T[][] {
 	return out;
 }
 
+/** PostgreSQL text cannot hold NUL characters, and a rejected payload may contain anything. */
+const storable = (text: string, max: number) => text.replaceAll("\u0000", "").slice(0, max);
+
 function excerptOf(payload: unknown): string {
 	let text: string;
 	try {
@@ -240,7 +243,7 @@ function excerptOf(payload: unknown): string {
 	} catch {
 		text = String(payload);
 	}
-	return text.length > REJECTED_EXCERPT_CHARS ? `${text.slice(0, REJECTED_EXCERPT_CHARS)}…` : text;
+	return text.length > REJECTED_EXCERPT_CHARS ? `${storable(text, REJECTED_EXCERPT_CHARS)}…` : storable(text, REJECTED_EXCERPT_CHARS);
 }
 
 const sleep = (ms: number) => new Promise(resolve => setTimeout(resolve, ms));
@@ -485,8 +488,8 @@ const DispatcherService: ServiceSchema<ServiceSettingSchema, DispatcherThis> = {
 			try {
 				await this.db("delivery_rejected_events").insert({
 					source,
-					event_id: typeof eventId === "string" ? eventId.slice(0, 100) : null,
-					reason: reason.slice(0, 1000),
+					event_id: typeof eventId === "string" ? storable(eventId, 100) : null,
+					reason: storable(reason, 1000),
 					excerpt: excerptOf(payload),
 					received_at: nowIso(),
 				});

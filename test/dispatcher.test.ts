@@ -288,6 +288,7 @@ describe.each(testDatabases())("dispatcher on %s", database => {
 			["status", { ...valid, event_id: crypto.randomUUID(), status: "shipped" }],
 			["details", { ...valid, event_id: crypto.randomUUID(), details: { blob: "x".repeat(20_000) } }],
 			["event_id", { ...valid, event_id: "not-a-uuid" }],
+			["event_id", { ...valid, event_id: "nul\u0000inside", order_name: "also \u0000 here" }],
 			["occurred_at", { ...valid, event_id: crypto.randomUUID(), occurred_at: "yesterday" }],
 			["details", { ...valid, event_id: crypto.randomUUID(), details: ["not", "an", "object"] }],
 			["", "just a string"],
