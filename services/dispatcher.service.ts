@@ -746,9 +746,9 @@ const DispatcherService: ServiceSchema<ServiceSettingSchema, DispatcherThis> = {
 		finish(this: DispatcherThis, delivery: LeasedDelivery, change: Omit<DeliveryUpdate, "delivery">): void {
 			const update: DeliveryUpdate = { ...change, delivery };
 			this.releaseHold(delivery.webhookId);
-			// Claim in batches, not one row per finished delivery.
+			// Claim in batches (not one row per finished delivery), early enough to keep every slot busy.
 			const room = this.config.DELIVERY_CONCURRENCY * LEASE_BUFFER_FACTOR - this.held;
-			if (this.backlog && room >= this.config.DELIVERY_CONCURRENCY) this.claimSoon();
+			if (this.backlog && room >= this.config.DELIVERY_CONCURRENCY / 2) this.claimSoon();
 			const write = async () => {
 				for (let attempt = 1; ; attempt += 1) {
 					try {
