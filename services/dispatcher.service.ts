@@ -1015,7 +1015,12 @@ const DispatcherService: ServiceSchema<ServiceSettingSchema, DispatcherThis> = {
 			this.pollTimer = setTimeout(async () => {
 				this.polls += 1;
 				await this.claimDue();
-				if (this.polls % PARKED_RECHECK_POLLS === 0) await this.recheckParked();
+				if (this.polls % PARKED_RECHECK_POLLS === 0) {
+					await this.recheckParked();
+					// Entries are only dropped when read; without this, every webhook ever seen would stay.
+					const now = Date.now();
+					for (const [id, cached] of this.targets) if (cached.expiresAt < now) this.targets.delete(id);
+				}
 				this.schedulePoll();
 			}, this.config.DELIVERY_POLL_INTERVAL);
 		},
