@@ -86,7 +86,11 @@ export function guardedLookup(allow: AllowList, resolve: Resolver = dns.lookup) 
 	};
 }
 
-function trustedCertificates(caFile: string | undefined): string[] | undefined {
+/**
+ * A TLS context trusting the public roots plus WEBHOOK_CA_FILE, built once: handing `ca` to
+ * every tls.connect would re-parse all the root certificates on each new connection.
+ */
+function secureContextTrusting(caFile: string | undefined): tls.SecureContext | undefined {
 	if (!caFile) return undefined;
 	let pem: string;
 	try {
@@ -95,7 +99,7 @@ function trustedCertificates(caFile: string | undefined): string[] | undefined {
 		throw new Error(`WEBHOOK_CA_FILE: cannot read ${caFile}: ${(error as Error).message}`);
 	}
 	if (!pem.includes("-----BEGIN CERTIFICATE-----")) throw new Error(`WEBHOOK_CA_FILE: ${caFile} holds no PEM certificate`);
-	return [...tls.rootCertificates, pem];
+	return tls.createSecureContext({ ca: [...tls.rootCertificates, pem] });
 }
 
 /** Walks an error and its causes (AggregateError from Happy Eyeballs included) for a code. */
@@ -163,7 +167,7 @@ export class WebhookSender {
 		this.allow = parseAllowList(options.allowNets);
 		this.userAgent = options.userAgent ?? DEFAULT_USER_AGENT;
 		const connect = buildConnector({
-			ca: trustedCertificates(options.caFile),
+			secureContext: secureContextTrusting(options.caFile),
 			lookup: guardedLookup(this.allow),
 			timeout: CONNECT_BACKSTOP_MS,
 		} as buildConnector.BuildOptions);

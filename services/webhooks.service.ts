@@ -126,7 +126,8 @@ const WebhooksService: ServiceSchema<ServiceSettingSchema, WebhooksThis> = {
 					throw this.asConflict(err);
 				}
 				this.logger.info(`Webhook ${id} created for customer ${customerId}`);
-				ctx.emit<WebhookChangedEvent>(WEBHOOK_EVENTS.created, { id, customerId, active: true });
+				// Broadcast, not emit: every dispatcher instance caches webhooks and must hear of changes.
+				ctx.broadcast<WebhookChangedEvent>(WEBHOOK_EVENTS.created, { id, customerId, active: true });
 				return { ...this.present(row), secret };
 			},
 		},
@@ -190,7 +191,7 @@ const WebhooksService: ServiceSchema<ServiceSettingSchema, WebhooksThis> = {
 				}
 				if (updated === 0) throw new NotFoundError("Webhook");
 				const view = this.present({ ...row, ...changes });
-				ctx.emit<WebhookChangedEvent>(WEBHOOK_EVENTS.updated, { id, customerId, active: view.active });
+				ctx.broadcast<WebhookChangedEvent>(WEBHOOK_EVENTS.updated, { id, customerId, active: view.active });
 				return view;
 			},
 		},
@@ -204,7 +205,7 @@ const WebhooksService: ServiceSchema<ServiceSettingSchema, WebhooksThis> = {
 				const removed = await this.db("webhooks").where({ id, customer_id: customerId }).delete();
 				if (removed === 0) throw new NotFoundError("Webhook");
 				this.logger.info(`Webhook ${id} of customer ${customerId} removed`);
-				ctx.emit<WebhookRemovedEvent>(WEBHOOK_EVENTS.removed, { id, customerId });
+				ctx.broadcast<WebhookRemovedEvent>(WEBHOOK_EVENTS.removed, { id, customerId });
 			},
 		},
 
@@ -233,7 +234,7 @@ const WebhooksService: ServiceSchema<ServiceSettingSchema, WebhooksThis> = {
 					const updated = await this.db("webhooks").where({ id, customer_id: customerId, secret_envelope: row.secret_envelope }).update(changes);
 					if (updated === 1) {
 						this.logger.info(`Webhook ${id} of customer ${customerId}: secret rotated`);
-						ctx.emit<WebhookRotatedEvent>(WEBHOOK_EVENTS.rotated, { id, customerId });
+						ctx.broadcast<WebhookRotatedEvent>(WEBHOOK_EVENTS.rotated, { id, customerId });
 						return { ...this.present({ ...row, ...changes }), secret };
 					}
 				}
