@@ -32,6 +32,9 @@ import {
 } from "../lib/schemas/webhooks";
 
 const LIST_PATH = "/id/v3/webhooks";
+// What a listing reads: everything `present` needs and nothing secret.
+const PUBLIC_COLUMNS = ["id", "name", "url", "events", "active", "created_at", "updated_at"] as const;
+type PublicWebhookRow = Pick<WebhookRow, (typeof PUBLIC_COLUMNS)[number]>;
 const WEBHOOK_TOPICS_PATH = "/id/v3/webhooks/events";
 // Two rotations racing on one webhook: the loser re-reads and retries, so that no secret that
 // was handed to a client is silently dropped.
@@ -62,7 +65,7 @@ type WebhooksThis = DbServiceThis & {
 	tenantOf(ctx: Context<unknown, TenantMeta>): string;
 	findOwned(customerId: string, id: string): Promise<WebhookRow>;
 	unknownTopicProblems(ctx: Context, topics: string[], path: string): Promise<FieldProblem[]>;
-	present(row: WebhookRow): WebhookView;
+	present(row: PublicWebhookRow): WebhookView;
 	seal(secret: string, id: string): string;
 	secretsOf(row: WebhookRow): string[];
 	asConflict(err: unknown): unknown;
@@ -139,8 +142,8 @@ const WebhooksService: ServiceSchema<ServiceSettingSchema, WebhooksThis> = {
 				const customerId = this.tenantOf(ctx);
 				const { per_page: perPage, token } = ctx.params;
 				const cursor = decodeCursor(token);
-				const [{ count }] = await this.db("webhooks").where({ customer_id: customerId }).count({ count: "*" });
-				let query = this.db<WebhookRow>("webhooks")
+				let query = this.db("webhooks")
+					.select([...PUBLIC_COLUMNS])
 					.where({ customer_id: customerId })
 					.orderBy([{ column: "created_at" }, { column: "id" }])
 					.limit(perPage + 1);
@@ -149,11 +152,16 @@ const WebhooksService: ServiceSchema<ServiceSettingSchema, WebhooksThis> = {
 						after.where("created_at", ">", cursor.at).orWhere(tie => tie.where("created_at", "=", cursor.at).andWhere("id", ">", cursor.id)),
 					);
 				}
-				const rows: WebhookRow[] = await query;
+				const rows: PublicWebhookRow[] = await query;
+				// A first page that holds everything already tells how many match.
+				const matched =
+					!cursor && rows.length <= perPage
+						? rows.length
+						: Number((await this.db("webhooks").where({ customer_id: customerId }).count({ count: "*" }))[0].count);
 				const page = buildPage(
 					rows,
 					perPage,
-					Number(count),
+					matched,
 					row => ({ at: row.created_at, id: row.id }),
 					row => this.present(row),
 					next => `${LIST_PATH}?per_page=${perPage}&token=${encodeURIComponent(next)}`,
@@ -311,7 +319,7 @@ const WebhooksService: ServiceSchema<ServiceSettingSchema, WebhooksThis> = {
 				}));
 		},
 
-		present(this: WebhooksThis, row: WebhookRow): WebhookView {
+		present(this: WebhooksThis, row: PublicWebhookRow): WebhookView {
 			return {
 				id: row.id,
 				name: row.name,
