@@ -56,6 +56,14 @@ export interface TestSmtpServer {
 	inProgress(): number;
 	setAnswer(answer: (attempt: DataAttempt) => SmtpAnswer): void;
 	setAcceptDelay(ms: number): void;
+	/**
+	 * While holding, each message's answer waits until releaseHeld() or until its client
+	 * disconnects (then it is abandoned): a crash mid-send without any race.
+	 */
+	setHold(hold: boolean): void;
+	releaseHeld(): void;
+	/** How many messages are waiting for their answer in hold mode. */
+	heldCount(): number;
 	/** Resolves once `count` messages matching `filter` were accepted (rejects after `timeoutMs`). */
 	waitForMessages(count: number, filter?: (mail: ReceivedMail) => boolean, timeoutMs?: number): Promise<ReceivedMail[]>;
 	/** Resolves once some message's data is being handled (for crash tests). */
@@ -93,6 +101,12 @@ export async function startSmtpServer(options: SmtpServerOptions = {}): Promise<
 	const offers = new Map<string, number>();
 	const events = new EventEmitter();
 	let busy = 0;
+	let hold = false;
+	const held = new Map<string, Array<() => void>>();
+	const releaseSession = (sessionId: string) => {
+		for (const release of held.get(sessionId) ?? []) release();
+		held.delete(sessionId);
+	};
 	let port = 0;
 	let server: SMTPServer | undefined;
 
@@ -109,6 +123,7 @@ export async function startSmtpServer(options: SmtpServerOptions = {}): Promise<
 		},
 		onClose(session: SMTPServerSession) {
 			closedSessions.add(session.id);
+			releaseSession(session.id);
 		},
 		onData(stream, session, callback) {
 			busy += 1;
@@ -127,6 +142,9 @@ export async function startSmtpServer(options: SmtpServerOptions = {}): Promise<
 					};
 					attempts.push(attempt);
 					if (acceptDelayMs > 0) await new Promise(resolve => setTimeout(resolve, acceptDelayMs));
+					if (hold && !closedSessions.has(session.id)) {
+						await new Promise<void>(resolve => held.set(session.id, [...(held.get(session.id) ?? []), resolve]));
+					}
 					if (closedSessions.has(session.id)) {
 						abandoned.push(attempt);
 						return callback(new Error("client went away"));
@@ -191,6 +209,13 @@ export async function startSmtpServer(options: SmtpServerOptions = {}): Promise<
 		setAcceptDelay(ms) {
 			acceptDelayMs = ms;
 		},
+		setHold(next) {
+			hold = next;
+		},
+		releaseHeld() {
+			for (const sessionId of [...held.keys()]) releaseSession(sessionId);
+		},
+		heldCount: () => [...held.values()].reduce((sum, waiting) => sum + waiting.length, 0),
 		waitForMessages(count, filter = () => true, timeoutMs = 30_000) {
 			return new Promise((resolve, reject) => {
 				const check = () => {
