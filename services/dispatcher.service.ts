@@ -52,14 +52,14 @@ const TEST_EVENT_TYPE = "webhook:test";
 // next request can start the moment one finishes, without holding leases it cannot serve soon.
 const LEASE_BUFFER_FACTOR = 2;
 // Webhook URLs and secrets are cached this long; webhooks.* events drop entries sooner. Short,
-// because in a cluster only one dispatcher instance hears each event, and because the previous
-// secret stops signing when its rotation grace ends.
+// because a broadcast can be missed while a node reconnects, and because the previous secret
+// stops signing when its rotation grace ends.
 const TARGET_CACHE_MS = 5_000;
 // An attempt only starts if it can end (DELIVERY_TIMEOUT) this long before its lease expires,
 // so no other instance can ever take the delivery over while it is in flight.
 const LEASE_SAFETY_MS = 2_000;
 // Parked deliveries (webhook disabled) are re-checked every this many polls, in case the
-// webhooks.updated event that re-enabled it went to another instance or was missed.
+// webhooks.updated event that re-enabled it was missed (e.g. while this node reconnected).
 const PARKED_RECHECK_POLLS = 30;
 const MAX_CLAIM_BATCH = 500;
 const MAX_INTAKE_BATCH = 500;

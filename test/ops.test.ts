@@ -10,6 +10,7 @@ import knex from "knex";
 import { createApp, type App } from "../app";
 import { parseConfig, resolveSecrets, ALL_SERVICES } from "../lib/config";
 import { natsEnabled, testDatabases, TEST_DATABASE_URL, type DatabaseKind } from "./helpers/services";
+import { freePort } from "./helpers/net";
 
 interface OpsApp {
 	app: App;
@@ -191,16 +192,6 @@ async function startNats(port: number): Promise<{ stop(): Promise<void> }> {
 	};
 }
 
-function freePort(): Promise<number> {
-	return new Promise((resolve, reject) => {
-		const server = net.createServer();
-		server.once("error", reject);
-		server.listen(0, "127.0.0.1", () => {
-			const { port } = server.address() as net.AddressInfo;
-			server.close(() => resolve(port));
-		});
-	});
-}
 
 function canConnect(port: number): Promise<boolean> {
 	return new Promise(resolve => {

@@ -1,24 +1,14 @@
 // The delivery transport against a real HTTPS receiver on loopback (self-signed certificate,
 // trusted through caFile as WEBHOOK_CA_FILE would be): signing, status handling, redirects,
 // timeouts, unreachable hosts, TLS trust, response excerpts and connection reuse.
-import net from "node:net";
 import { WebhookVerificationError } from "standardwebhooks";
 import { generateWebhookSecret } from "../lib/crypto";
 import { DEFAULT_USER_AGENT, RESPONSE_EXCERPT_BYTES, WebhookSender, type DeliveryRequest } from "../lib/webhook-sender";
 import { startHttpsReceiver, verifyDelivery, type HttpsReceiver } from "./helpers/https-receiver";
+import { freePort } from "./helpers/net";
 
 const LOOPBACK = ["127.0.0.0/8", "::1/128"];
 
-function freePort(): Promise<number> {
-	return new Promise((resolve, reject) => {
-		const server = net.createServer();
-		server.once("error", reject);
-		server.listen(0, "127.0.0.1", () => {
-			const { port } = server.address() as net.AddressInfo;
-			server.close(() => resolve(port));
-		});
-	});
-}
 
 const sleep = (ms: number) => new Promise(resolve => setTimeout(resolve, ms));
 
