@@ -130,6 +130,8 @@ describe.each(testDatabases())("notifier on %s", database => {
 			expect(mail.messageId).toBe(`<${digest}@mail.example.test>`);
 		}
 		expect(mailsTo("alice@example.com")).toHaveLength(3);
+		// All of that without any dispatcher in the stack.
+		expect(stack.app.broker.registry.getServiceList({}).map((service: { name: string }) => service.name)).not.toContain("dispatcher");
 	});
 
 	it("sends nothing for a user who did not opt in, a non-terminal status, or another user than the owner", async () => {
