@@ -17,12 +17,14 @@
 import crypto from "node:crypto";
 import path from "node:path";
 import type { Context, ServiceSchema, ServiceSettingSchema } from "moleculer";
+import type { Counter } from "prom-client";
 import { z } from "zod";
 import { DbMixin, isPostgres, nowIso, type DbServiceThis } from "../mixins/db.mixin";
 import { issuesToProblems, zodParams } from "../mixins/validation";
 import { notifierMigrations } from "../migrations/notifier";
 import { ConfigError } from "../lib/config";
-import { invalidField, type FieldProblem } from "../lib/errors";
+import { invalidField, isDependencyFailure, type FieldProblem } from "../lib/errors";
+import { counter } from "../lib/metrics";
 import { EMAIL_STATUSES, TASKING_ORDER_STATUS_TOPIC, TaskingOrderStatusEvent } from "../lib/schemas/events";
 import { TASKING_ORDER_STATUS } from "../lib/schemas/topics";
 import { buildOrderStatusEmail, messageIdFor, senderDomain, type ComposedEmail, type OrderSnapshot } from "../lib/email-message";
@@ -35,6 +37,9 @@ export const OUTBOX_STATUSES = ["pending", "sent", "failed", "skipped"] as const
 export type OutboxStatus = (typeof OUTBOX_STATUSES)[number];
 
 const USERS_CALL_TIMEOUT_MS = 10_000;
+// An emitted event has nobody to redeliver it: a database blink is worth a few quick retries.
+const INTAKE_RETRIES = 3;
+const INTAKE_RETRY_MS = 200;
 const MAX_REJECTED_PAYLOAD_CHARS = 16 * 1024;
 const MAX_ERROR_CHARS = 1000;
 
@@ -108,8 +113,14 @@ type UnsubscribeParams = z.infer<typeof UnsubscribeParams>;
 
 const TOPIC_NAMES: Record<string, string> = { [TASKING_ORDER_STATUS.topic]: TASKING_ORDER_STATUS.name };
 
+interface NotifierMetrics {
+	attempts: Counter<string>;
+	finished: Counter<string>;
+}
+
 type NotifierThis = DbServiceThis & {
 	transport: MailTransport;
+	metrics: NotifierMetrics;
 	unsubscribeKey: Uint8Array;
 	publicBaseUrl: string;
 	workerId: string;
@@ -121,6 +132,7 @@ type NotifierThis = DbServiceThis & {
 	stopping: boolean;
 
 	acceptEvent(payload: unknown): Promise<void>;
+	recordEmail(event: TaskingOrderStatusEvent): Promise<void>;
 	recordRejected(payload: unknown, errors: FieldProblem[]): Promise<void>;
 	wakeWorker(delayMs?: number): void;
 	pollOutbox(): Promise<void>;
@@ -229,48 +241,61 @@ const NotifierService: ServiceSchema<ServiceSettingSchema, NotifierThis> = {
 
 	methods: {
 		async acceptEvent(this: NotifierThis, payload: unknown): Promise<void> {
-			try {
-				const parsed = TaskingOrderStatusEvent.safeParse(payload);
-				if (!parsed.success) {
-					await this.recordRejected(payload, issuesToProblems(parsed.error));
+			const parsed = TaskingOrderStatusEvent.safeParse(payload);
+			if (!parsed.success) {
+				await this.recordRejected(payload, issuesToProblems(parsed.error)).catch(err => this.logger.error("Could not record a rejected event", err));
+				return;
+			}
+			const event = parsed.data;
+			if (!EMAIL_STATUSES.has(event.status)) return;
+			for (let attempt = 1; ; attempt += 1) {
+				try {
+					await this.recordEmail(event);
+					this.wakeWorker();
+					return;
+				} catch (err) {
+					if (isDependencyFailure(err) && attempt < INTAKE_RETRIES && !this.stopping) {
+						await new Promise(resolve => setTimeout(resolve, INTAKE_RETRY_MS * attempt));
+						continue;
+					}
+					// Fire-and-forget: nobody could act on an exception, so log it loudly.
+					this.logger.error(`Could not record the order-status email of event ${event.event_id ?? "(no id)"} in the outbox; it is lost`, err);
 					return;
 				}
-				const event = parsed.data;
-				if (!EMAIL_STATUSES.has(event.status)) return;
-				const now = nowIso();
-				const eventKey = eventKeyOf(event);
-				const snapshot: OrderSnapshot = {
-					order_id: event.order_id,
-					status: event.status,
-					previous_status: event.previous_status,
-					order_name: event.order_name,
-					occurred_at: event.occurred_at ? new Date(event.occurred_at).toISOString() : now,
-					details: event.details,
-				};
-				await this.db("email_outbox")
-					.insert({
-						id: crypto.randomUUID(),
-						event_key: eventKey,
-						event_id: event.event_id ?? null,
-						user_id: event.user_id,
-						customer_id: event.customer_id ?? null,
-						order_id: event.order_id,
-						order_status: event.status,
-						order_snapshot: JSON.stringify(snapshot),
-						message_id: messageIdFor(eventKey, event.user_id, this.config.MAIL_FROM),
-						status: "pending",
-						attempts: 0,
-						next_attempt_at: now,
-						created_at: now,
-						updated_at: now,
-					})
-					.onConflict(["event_key", "user_id"])
-					.ignore();
-				this.wakeWorker();
-			} catch (err) {
-				// An event is fire-and-forget: nobody could act on an exception, so log it loudly.
-				this.logger.error("Could not record an order-status email in the outbox", err);
 			}
+		},
+
+		/** Adds the email to the outbox, once per (event, user): a repeat inserts nothing. */
+		async recordEmail(this: NotifierThis, event: TaskingOrderStatusEvent): Promise<void> {
+			const now = nowIso();
+			const eventKey = eventKeyOf(event);
+			const snapshot: OrderSnapshot = {
+				order_id: event.order_id,
+				status: event.status,
+				previous_status: event.previous_status,
+				order_name: event.order_name,
+				occurred_at: event.occurred_at ? new Date(event.occurred_at).toISOString() : now,
+				details: event.details,
+			};
+			await this.db("email_outbox")
+				.insert({
+					id: crypto.randomUUID(),
+					event_key: eventKey,
+					event_id: event.event_id ?? null,
+					user_id: event.user_id,
+					customer_id: event.customer_id ?? null,
+					order_id: event.order_id,
+					order_status: event.status,
+					order_snapshot: JSON.stringify(snapshot),
+					message_id: messageIdFor(eventKey, event.user_id, this.config.MAIL_FROM),
+					status: "pending",
+					attempts: 0,
+					next_attempt_at: now,
+					created_at: now,
+					updated_at: now,
+				})
+				.onConflict(["event_key", "user_id"])
+				.ignore();
 		},
 
 		async recordRejected(this: NotifierThis, payload: unknown, errors: FieldProblem[]): Promise<void> {
@@ -379,6 +404,7 @@ const NotifierService: ServiceSchema<ServiceSettingSchema, NotifierThis> = {
 			if (!preference.enabled || !preference.email) {
 				const reason = preference.enabled ? "the user has no email address" : "email notifications are off for this user";
 				await this.settle(row, { status: "skipped", last_error: reason }, true);
+				this.metrics.finished.inc({ status: "skipped" });
 				return;
 			}
 			const recipient = preference.email;
@@ -394,6 +420,8 @@ const NotifierService: ServiceSchema<ServiceSettingSchema, NotifierThis> = {
 				// Recorded first thing after the server accepted the message: this UPDATE is the whole
 				// window in which a crash would cause a resend.
 				await this.settle(row, { status: "sent", recipient, smtp_response: truncate(outcome.response, 500), sent_at: nowIso(), last_error: null }, false);
+				this.metrics.attempts.inc({ result: "sent" });
+				this.metrics.finished.inc({ status: "sent" });
 			} catch (err) {
 				const failure = classifySendError(err);
 				await this.retryOrFail({ ...row, recipient }, failure.message, failure.permanent);
@@ -431,12 +459,14 @@ const NotifierService: ServiceSchema<ServiceSettingSchema, NotifierThis> = {
 		async retryOrFail(this: NotifierThis, row: OutboxRow, error: string, permanent: boolean): Promise<void> {
 			const retryAt = permanent ? null : nextAttemptAt(row.first_attempt_at ?? row.updated_at, row.attempts, this.config.MAIL_RETRY_SCHEDULE, Date.now());
 			const last_error = truncate(error, MAX_ERROR_CHARS);
+			this.metrics.attempts.inc({ result: retryAt ? "retry" : "failed" });
 			if (retryAt) {
 				this.logger.warn(`Email ${row.id} attempt ${row.attempts} failed, retrying at ${retryAt}: ${last_error}`);
 				await this.settle(row, { next_attempt_at: retryAt, last_error, recipient: row.recipient }, true);
 			} else {
 				this.logger.error(`Email ${row.id} failed after ${row.attempts} attempt(s): ${last_error}`);
 				await this.settle(row, { status: "failed", last_error, recipient: row.recipient }, true);
+				this.metrics.finished.inc({ status: "failed" });
 			}
 		},
 
@@ -496,6 +526,10 @@ const NotifierService: ServiceSchema<ServiceSettingSchema, NotifierThis> = {
 			mailDir: path.resolve(config.DATA_DIR, "mail"),
 			timeoutMs: config.MAIL_SEND_TIMEOUT,
 		});
+		this.metrics = {
+			attempts: counter(this.broker, "email_send_attempts_total", "Email send attempts, by result (sent, retry, failed)", ["result"]),
+			finished: counter(this.broker, "emails_finished_total", "Outbox emails that reached a final status (sent, failed, skipped)", ["status"]),
+		};
 		this.inFlight = new Map();
 		this.pollTimer = null;
 		this.heartbeatTimer = null;

@@ -7,6 +7,7 @@ import { testDatabases } from "./helpers/services";
 import { headerValue, startSmtpServer, type ReceivedMail, type TestSmtpServer } from "./helpers/smtp-server";
 import { deriveUnsubscribeKey, signUnsubscribeToken } from "../lib/unsubscribe-token";
 import type { OutboxEntry } from "../services/notifier.service";
+import { metricsOf } from "../lib/metrics";
 
 const TOPIC = "tasking:order_status";
 const HOSTILE_NAME = `<script>alert("owned")</script><img src=x onerror=alert(1)>`;
@@ -97,6 +98,12 @@ describe.each(testDatabases())("notifier on %s", database => {
 
 	function emit(event: unknown): Promise<void> {
 		return stack.app.broker.emit("tasking.order_status", event);
+	}
+
+	/** The value of a Prometheus counter of the notifier, by label. */
+	async function metric(name: string, label: string, value: string): Promise<number> {
+		const found = await metricsOf(stack.app.broker).getSingleMetric(name)?.get();
+		return found?.values.find(entry => entry.labels[label] === value)?.value ?? 0;
 	}
 
 	const mailsTo = (address: string) => smtp.received.filter(mail => mail.envelope.to.includes(address));
@@ -191,11 +198,13 @@ describe.each(testDatabases())("notifier on %s", database => {
 	it("retries a server that answers 4xx twice, then delivers exactly one email", async () => {
 		const event = orderEvent("alice", "fulfilled", { order_name: "Greylisted order" });
 		smtp.setAnswer(attempt => (attempt.subject.includes("Greylisted order") && attempt.attempt <= 2 ? { code: 451, message: "4.7.1 Greylisted, try again later" } : "accept"));
+		const retriesBefore = await metric("email_send_attempts_total", "result", "retry");
 		try {
 			await emit(event);
 			const entry = await settled(event.event_id!);
 			expect(entry).toMatchObject({ status: "sent", attempts: 3 });
 			expect(smtp.attempts.filter(attempt => attempt.messageId === entry.message_id).map(attempt => attempt.attempt)).toEqual([1, 2, 3]);
+			expect(await metric("email_send_attempts_total", "result", "retry")).toBe(retriesBefore + 2);
 			expect(smtp.received.filter(byMessageId(entry.message_id))).toHaveLength(1);
 		} finally {
 			smtp.setAnswer(() => "accept");
@@ -226,11 +235,13 @@ describe.each(testDatabases())("notifier on %s", database => {
 	it("marks an email failed, without retrying, when the server answers 5xx", async () => {
 		const event = orderEvent("alice", "failed", { order_name: "Bounced order" });
 		smtp.setAnswer(attempt => (attempt.subject.includes("Bounced order") ? { code: 550, message: "5.1.1 Mailbox unavailable" } : "accept"));
+		const failedBefore = await metric("emails_finished_total", "status", "failed");
 		try {
 			await emit(event);
 			const entry = await settled(event.event_id!);
 			expect(entry).toMatchObject({ status: "failed", attempts: 1, last_error: expect.stringContaining("550") });
 			expect(smtp.received.filter(byMessageId(entry.message_id))).toEqual([]);
+			expect(await metric("emails_finished_total", "status", "failed")).toBe(failedBefore + 1);
 			// The operators' view lists it; no unsubscribe token leaks through it.
 			const failed = await stack.app.broker.call<OutboxEntry[], object>("notifier.outbox", { status: "failed" });
 			expect(failed.map(row => row.event_id)).toContain(event.event_id);
