@@ -260,6 +260,10 @@ const ApiService: ServiceSchema<ServiceSettingSchema, ApiThis> = {
 	},
 
 	created(this: ApiThis) {
+		// Every alias is declared explicitly (autoAliases: false), so moleculer-web's debounced
+		// alias regeneration on each service change has nothing to do, and its timer would only
+		// fire after shutdown.
+		(this as unknown as { regenerateAllAutoAliases: () => void }).regenerateAllAutoAliases = () => undefined;
 		this.config = configOf(this.broker);
 		this.verifyToken = createTokenVerifier(this.config);
 		this.touchedUsers = new Map();
