@@ -34,6 +34,8 @@ export const notifierMigrations: Migration[] = [
 				table.string("sent_at", 30).nullable();
 				table.unique(["event_key", "user_id"], { indexName: "email_outbox_event_user_unique" });
 				table.index(["status", "next_attempt_at"], "email_outbox_due_index");
+				// The operators' view lists newest first.
+				table.index(["created_at"], "email_outbox_created_index");
 			});
 			await db.schema.createTable("email_rejected_events", table => {
 				table.string("id", 36).primary();

@@ -25,7 +25,7 @@ import { notifierMigrations } from "../migrations/notifier";
 import { ConfigError } from "../lib/config";
 import { invalidField, isDependencyFailure, type FieldProblem } from "../lib/errors";
 import { counter } from "../lib/metrics";
-import { EMAIL_STATUSES, TASKING_ORDER_STATUS_TOPIC, TaskingOrderStatusEvent } from "../lib/schemas/events";
+import { EMAIL_STATUSES, TASKING_ORDER_STATUS_EVENT, TASKING_ORDER_STATUS_TOPIC, TaskingOrderStatusEvent } from "../lib/schemas/events";
 import { TASKING_ORDER_STATUS } from "../lib/schemas/topics";
 import { buildOrderStatusEmail, messageIdFor, senderDomain, type ComposedEmail, type OrderSnapshot } from "../lib/email-message";
 import { classifySendError, createMailTransport, type MailTransport } from "../lib/mail-transport";
@@ -159,7 +159,7 @@ export function nextAttemptAt(firstAttemptAt: string, attemptsMade: number, sche
 export function eventKeyOf(event: TaskingOrderStatusEvent): string {
 	if (event.event_id) return event.event_id;
 	const identity = JSON.stringify([event.user_id, event.order_id, event.status, event.occurred_at ?? null]);
-	return `sha256:${crypto.createHash("sha256").update(identity).digest("hex").slice(0, 64)}`;
+	return `sha256:${crypto.createHash("sha256").update(identity).digest("hex")}`;
 }
 
 function isoAfter(ms: number, from = Date.now()): string {
@@ -231,7 +231,7 @@ const NotifierService: ServiceSchema<ServiceSettingSchema, NotifierThis> = {
 
 	events: {
 		// Our own consumer group: every notifier instance shares one copy, apart from the dispatcher's.
-		"tasking.order_status": {
+		[TASKING_ORDER_STATUS_EVENT]: {
 			group: "notifier",
 			async handler(this: NotifierThis, ctx: Context<unknown>) {
 				await this.acceptEvent(ctx.params);
@@ -284,7 +284,8 @@ const NotifierService: ServiceSchema<ServiceSettingSchema, NotifierThis> = {
 					event_id: event.event_id ?? null,
 					user_id: event.user_id,
 					customer_id: event.customer_id ?? null,
-					order_id: event.order_id,
+					// PostgreSQL text cannot hold NUL; the snapshot keeps the exact id (JSON escapes it).
+					order_id: event.order_id.replaceAll("\u0000", "\ufffd"),
 					order_status: event.status,
 					order_snapshot: JSON.stringify(snapshot),
 					message_id: messageIdFor(eventKey, event.user_id, this.config.MAIL_FROM),

@@ -252,7 +252,7 @@ describe.each(testDatabases())("notifier on %s", database => {
 	});
 
 	it("escapes a hostile order name in the HTML part", async () => {
-		const event = orderEvent("alice", "fulfilled", { order_name: HOSTILE_NAME, details: { note: "<b>bold</b>" } });
+		const event = orderEvent("alice", "fulfilled", { order_id: `ord-\u0000-${crypto.randomBytes(3).toString("hex")}`, order_name: HOSTILE_NAME, details: { note: "<b>bold</b>\u0000" } });
 		await emit(event);
 		const entry = await settled(event.event_id!);
 		const [mail] = await smtp.waitForMessages(1, byMessageId(entry.message_id));
@@ -262,6 +262,9 @@ describe.each(testDatabases())("notifier on %s", database => {
 		expect(html).not.toContain("<b>bold");
 		expect(html).toContain("&lt;script&gt;alert(&quot;owned&quot;)&lt;/script&gt;");
 		expect(mail.parsed.subject).toBe(`Tasking order ${HOSTILE_NAME} is Fulfilled`);
+		// A NUL (which PostgreSQL text cannot store) neither loses the email nor reaches it.
+		expect(mail.raw).not.toContain("\u0000");
+		expect(mail.parsed.text).toContain(event.order_id.replace("\u0000", " "));
 	});
 
 	it("records an invalid event as rejected, sends nothing, and keeps working", async () => {
