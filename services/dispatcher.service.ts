@@ -975,16 +975,19 @@ const DispatcherService: ServiceSchema<ServiceSettingSchema, DispatcherThis> = {
 				.map(([webhookId]) => webhookId);
 			const exclude = saturated.length ? `AND webhook_id NOT IN (${saturated.map(() => "?").join(", ")})` : "";
 			const skipLocked = isPostgres(this.db) ? "FOR UPDATE SKIP LOCKED" : "";
+			// The due rows are picked once, in a materialised CTE: PostgreSQL may re-run a plain
+			// `IN (SELECT … LIMIT n FOR UPDATE SKIP LOCKED)` subquery and so claim more than n.
 			const result = await this.db.raw(
-				`UPDATE deliveries SET lease_id = ?, next_attempt_at = ?
-				WHERE id IN (
+				`WITH due AS MATERIALIZED (
 					SELECT id FROM deliveries
 					WHERE status = 'pending' AND next_attempt_at <= ? ${exclude}
 					ORDER BY next_attempt_at
 					LIMIT ? ${skipLocked}
 				)
+				UPDATE deliveries SET lease_id = ?, next_attempt_at = ?
+				WHERE id IN (SELECT id FROM due)
 				RETURNING id, event_id, webhook_id, attempt_count, first_attempt_at, manual_retry`,
-				[leaseId, new Date(leaseExpiresAt).toISOString(), new Date(now).toISOString(), ...saturated, limit],
+				[new Date(now).toISOString(), ...saturated, limit, leaseId, new Date(leaseExpiresAt).toISOString()],
 			);
 			const rows = rowsOf<Pick<DeliveryRow, "id" | "event_id" | "webhook_id" | "attempt_count" | "first_attempt_at" | "manual_retry">>(result);
 			if (rows.length === 0) return [];
