@@ -8,21 +8,12 @@ import { headerValue, startSmtpServer, type ReceivedMail, type TestSmtpServer } 
 import { deriveUnsubscribeKey, signUnsubscribeToken } from "../lib/unsubscribe-token";
 import type { OutboxEntry } from "../services/notifier.service";
 import { metricsOf } from "../lib/metrics";
+import type { TaskingOrderStatusInput } from "../lib/schemas/events";
 
 const TOPIC = "tasking:order_status";
 const HOSTILE_NAME = `<script>alert("owned")</script><img src=x onerror=alert(1)>`;
 
-interface OrderEvent {
-	event_id?: string;
-	user_id: string;
-	customer_id?: string;
-	order_id: string;
-	status: string;
-	previous_status?: string;
-	order_name?: string;
-	occurred_at?: string;
-	details?: Record<string, unknown>;
-}
+type OrderEvent = TaskingOrderStatusInput;
 
 function orderEvent(userId: string, status: string, extra: Partial<OrderEvent> = {}): OrderEvent {
 	return {

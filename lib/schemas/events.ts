@@ -38,6 +38,8 @@ export const TaskingOrderStatusEvent = z.object({
 		.optional(),
 });
 export type TaskingOrderStatusEvent = z.output<typeof TaskingOrderStatusEvent>;
+/** What a producer sends (before defaults and normalisation). */
+export type TaskingOrderStatusInput = z.input<typeof TaskingOrderStatusEvent>;
 
 export const TASKING_ORDER_STATUS_EVENT = "tasking.order_status";
 export const TASKING_ORDER_STATUS_TOPIC = "tasking:order_status";

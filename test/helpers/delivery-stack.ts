@@ -5,6 +5,7 @@
 import { startStack, type Stack, type StackOptions } from "./stack";
 import { startHttpsReceiver, verifyDelivery, type HttpsReceiver, type ReceivedRequest, type Responder, type ScriptedResponse } from "./https-receiver";
 import type { DatabaseKind } from "./services";
+import type { TaskingOrderStatusInput } from "../../lib/schemas/events";
 
 export const FAST_DELIVERY_ENV = {
 	WEBHOOK_ALLOW_NETS: "127.0.0.0/8",
@@ -100,14 +101,4 @@ export function verified(request: ReceivedRequest, secret: string): any {
 	return verifyDelivery(request, secret);
 }
 
-export interface OrderEvent {
-	event_id?: string;
-	customer_id?: string;
-	user_id: string;
-	order_id: string;
-	status: string;
-	previous_status?: string;
-	order_name?: string;
-	occurred_at?: string;
-	details?: Record<string, unknown>;
-}
+export type OrderEvent = TaskingOrderStatusInput;
