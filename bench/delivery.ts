@@ -18,13 +18,14 @@ import os from "node:os";
 import path from "node:path";
 import { performance } from "node:perf_hooks";
 import { Worker } from "node:worker_threads";
-import knex, { type Knex } from "knex";
+import type { Knex } from "knex";
 import { Agent, request } from "undici";
-import { createApp, type App } from "../app";
-import { parseConfig, resolveSecrets } from "../lib/config";
+import type { App } from "../app";
 import { generateWebhookSecret } from "../lib/crypto";
 import { signMessage } from "../lib/signing";
 import { testCertificate } from "../test/helpers/https-receiver";
+import { startBenchApp, type BenchApp } from "./lib/bench-app";
+import { percentile, round } from "./lib/stats";
 
 const CONCURRENCY = Number(process.env.BENCH_CONCURRENCY ?? 64);
 const DELIVERIES = Number(process.env.BENCH_DELIVERIES ?? 20_000);
@@ -120,12 +121,6 @@ class Receiver {
 	}
 }
 
-function percentile(sorted: number[], p: number): number {
-	if (sorted.length === 0) return NaN;
-	return sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))];
-}
-
-const round = (value: number, digits = 1) => Number(value.toFixed(digits));
 
 function sampleBody(i: number): string {
 	return JSON.stringify({
@@ -170,49 +165,6 @@ async function rawBaseline(url: string, ca: string, count: number): Promise<numb
 	return count / seconds;
 }
 
-interface DispatcherStack {
-	app: App;
-	db: Knex;
-	dataDir: string;
-	schema?: string;
-	stop(): Promise<void>;
-}
-
-async function startDispatcher(caFile: string): Promise<DispatcherStack> {
-	const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), "swh-bench-"));
-	const databaseUrl = process.env.BENCH_DATABASE_URL;
-	const schema = databaseUrl ? `bench_${crypto.randomBytes(4).toString("hex")}` : undefined;
-	const config = parseConfig({
-		NODE_ENV: "bench",
-		DATA_DIR: dataDir,
-		SERVICES: "topics,webhooks,users,dispatcher",
-		LOG_LEVEL: "error",
-		WEBHOOK_ALLOW_NETS: "127.0.0.0/8",
-		WEBHOOK_CA_FILE: caFile,
-		DELIVERY_CONCURRENCY: String(CONCURRENCY),
-		DELIVERY_WEBHOOK_CONCURRENCY: String(CONCURRENCY),
-		...(databaseUrl ? { DATABASE_URL: databaseUrl, DATABASE_SCHEMA: schema } : {}),
-	});
-	resolveSecrets(config);
-	const app = createApp(config, { broker: { logger: false } });
-	await app.start();
-	const db = databaseUrl
-		? knex({ client: "pg", connection: databaseUrl, searchPath: [schema!], pool: { min: 0, max: 1 } })
-		: knex({ client: "better-sqlite3", connection: { filename: path.join(dataDir, "service.sqlite") }, useNullAsDefault: true });
-	return {
-		app,
-		db,
-		dataDir,
-		schema,
-		async stop() {
-			await app.stop();
-			if (schema) await db.raw(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`);
-			await db.destroy();
-			fs.rmSync(dataDir, { recursive: true, force: true });
-		},
-	};
-}
-
 async function countWhere(db: Knex, status: string): Promise<number> {
 	const [{ count }] = await db("deliveries").where({ status }).count({ count: "*" });
 	return Number(count);
@@ -255,12 +207,18 @@ export async function run(): Promise<object> {
 	fs.writeFileSync(caFile, cert);
 	const receiver = await Receiver.start(key, cert);
 	const url = `https://127.0.0.1:${receiver.port}/hook`;
-	let stack: DispatcherStack | undefined;
+	let stack: BenchApp | undefined;
 	try {
 		// Measured before and after the dispatcher, and averaged: the machine's other load drifts.
 		const baselineBefore = await rawBaseline(url, cert, DELIVERIES);
 
-		stack = await startDispatcher(caFile);
+		stack = await startBenchApp({
+			SERVICES: "topics,webhooks,users,dispatcher",
+			WEBHOOK_ALLOW_NETS: "127.0.0.0/8",
+			WEBHOOK_CA_FILE: caFile,
+			DELIVERY_CONCURRENCY: String(CONCURRENCY),
+			DELIVERY_WEBHOOK_CONCURRENCY: String(CONCURRENCY),
+		});
 		const { app, db } = stack;
 		await app.broker.call("webhooks.create", { name: "bench", url, events: ["tasking:order_status"] }, { meta: { customerId: "bench" } });
 		receiver.reset();

@@ -8,14 +8,10 @@
 //
 // Embedded default: SQLite under a temporary DATA_DIR; BENCH_DATABASE_URL=postgres://… measures
 // PostgreSQL instead (in a throw-away schema).
-import crypto from "node:crypto";
-import fs from "node:fs";
-import os from "node:os";
-import path from "node:path";
 import { performance } from "node:perf_hooks";
 import type { Knex } from "knex";
-import { createApp, type App } from "../app";
-import { parseConfig, resolveSecrets } from "../lib/config";
+import { startBenchApp } from "./lib/bench-app";
+import { percentile, round } from "./lib/stats";
 import { isPostgres } from "../mixins/db.mixin";
 
 const SIZES = (process.env.BENCH_SCHEDULER_SIZES ?? "1000,1000000").split(",").map(Number);
@@ -27,40 +23,6 @@ const GOAL_RSS_MB = 300;
 interface ClaimingService {
 	db: Knex;
 	claimBatch(limit: number): Promise<unknown[]>;
-}
-
-const round = (value: number, digits = 2) => Number(value.toFixed(digits));
-
-function median(values: number[]): number {
-	const sorted = [...values].sort((a, b) => a - b);
-	return sorted[Math.floor(sorted.length / 2)];
-}
-
-async function startDispatcher(): Promise<{ app: App; stop(): Promise<void> }> {
-	const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), "swh-bench-scheduler-"));
-	const databaseUrl = process.env.BENCH_DATABASE_URL;
-	const schema = databaseUrl ? `bench_${crypto.randomBytes(4).toString("hex")}` : undefined;
-	const config = parseConfig({
-		NODE_ENV: "bench",
-		DATA_DIR: dataDir,
-		SERVICES: "dispatcher",
-		LOG_LEVEL: "error",
-		// The poll loop must stay out of the way: the benchmark claims by hand.
-		DELIVERY_POLL_INTERVAL: "1h",
-		...(databaseUrl ? { DATABASE_URL: databaseUrl, DATABASE_SCHEMA: schema } : {}),
-	});
-	resolveSecrets(config);
-	const app = createApp(config, { broker: { logger: false } });
-	await app.start();
-	return {
-		app,
-		async stop() {
-			const db = (app.broker.getLocalService("dispatcher") as unknown as ClaimingService).db;
-			if (schema) await db.raw(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`);
-			await app.stop();
-			fs.rmSync(dataDir, { recursive: true, force: true });
-		},
-	};
 }
 
 /** Inserts `count` future deliveries (and their messages) in the database itself. */
@@ -131,7 +93,8 @@ async function seedDue(db: Knex): Promise<string[]> {
 }
 
 async function measure(size: number): Promise<{ pending_future: number; claimed_per_round: number; median_ms: number; p90_ms: number; seed_s: number }> {
-	const { app, stop } = await startDispatcher();
+	// The poll loop must stay out of the way: the benchmark claims by hand.
+	const { app, stop } = await startBenchApp({ SERVICES: "dispatcher", DELIVERY_POLL_INTERVAL: "1h" });
 	try {
 		const dispatcher = app.broker.getLocalService("dispatcher") as unknown as ClaimingService;
 		const seedStarted = performance.now();
@@ -150,8 +113,7 @@ async function measure(size: number): Promise<{ pending_future: number; claimed_
 			claimed = batch.length;
 		}
 		if (claimed !== BATCH) throw new Error(`claimed ${claimed} of ${BATCH} due deliveries`);
-		const sorted = [...timings].sort((a, b) => a - b);
-		return { pending_future: size, claimed_per_round: claimed, median_ms: round(median(timings), 3), p90_ms: round(sorted[Math.floor(sorted.length * 0.9)], 3), seed_s: round(seedSeconds, 1) };
+		return { pending_future: size, claimed_per_round: claimed, median_ms: round(percentile(timings, 50), 3), p90_ms: round(percentile(timings, 90), 3), seed_s: round(seedSeconds, 1) };
 	} finally {
 		await stop();
 	}
