@@ -1,7 +1,7 @@
-// Prepared statements for hot write paths on the embedded SQLite database. knex prepares every
-// statement anew, and for a multi-row statement preparing costs more than running it; a
-// better-sqlite3 statement prepared once per connection and run once per row is several times
-// cheaper. PostgreSQL is the opposite (each statement is a network round trip), so callers keep
+// Raw better-sqlite3 access for hot write paths on the embedded SQLite database. For a multi-row
+// statement preparing costs more than running it; a single-row statement prepared once (the
+// connection caches it, see mixins/db.mixin.ts) and run once per row is several times cheaper.
+// PostgreSQL is the opposite (each statement is a network round trip), so callers keep
 // multi-row statements there and use this only when `sqliteConnectionOf` finds SQLite.
 import type { Knex } from "knex";
 
@@ -13,8 +13,6 @@ export interface SqliteConnection {
 	prepare(sql: string): SqliteStatement;
 }
 
-const statements = new WeakMap<SqliteConnection, Map<string, SqliteStatement>>();
-
 /**
  * The raw connection a knex transaction holds, if the database is SQLite; null otherwise.
  * Statements run on it take part in the transaction.
@@ -22,21 +20,6 @@ const statements = new WeakMap<SqliteConnection, Map<string, SqliteStatement>>()
 export async function sqliteConnectionOf(trx: Knex.Transaction): Promise<SqliteConnection | null> {
 	if (trx.client.config.client !== "better-sqlite3") return null;
 	return (await trx.client.acquireConnection()) as SqliteConnection;
-}
-
-/** The statement for `sql` on this connection, prepared on first use. */
-export function prepared(connection: SqliteConnection, sql: string): SqliteStatement {
-	let cache = statements.get(connection);
-	if (!cache) {
-		cache = new Map();
-		statements.set(connection, cache);
-	}
-	let statement = cache.get(sql);
-	if (!statement) {
-		statement = connection.prepare(sql);
-		cache.set(sql, statement);
-	}
-	return statement;
 }
 
 /** better-sqlite3 binds no booleans. */

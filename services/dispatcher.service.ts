@@ -25,7 +25,7 @@ import { invalidField, isDependencyFailure, NotFoundError } from "../lib/errors"
 import { buildPage, decodeCursor } from "../lib/pagination";
 import { MicroBatcher } from "../lib/micro-batcher";
 import { timeOrderedUuid } from "../lib/ids";
-import { prepared, sqliteBoolean, sqliteConnectionOf } from "../lib/sqlite-statements";
+import { sqliteBoolean, sqliteConnectionOf } from "../lib/sqlite-statements";
 import { scheduleNextAttempt } from "../lib/retry-schedule";
 import { counter, histogram } from "../lib/metrics";
 import { WebhookSender, type DeliveryOutcome } from "../lib/webhook-sender";
@@ -803,8 +803,7 @@ const DispatcherService: ServiceSchema<ServiceSettingSchema, DispatcherThis> = {
 			const inserted = new Set<string>();
 			const sqlite = await sqliteConnectionOf(trx);
 			if (sqlite) {
-				const insert = prepared(
-					sqlite,
+				const insert = sqlite.prepare(
 					`INSERT INTO delivery_messages (event_id, customer_id, user_id, type, body, occurred_at, created_at)
 					VALUES (@event_id, @customer_id, @user_id, @type, @body, @occurred_at, @created_at) ON CONFLICT (event_id) DO NOTHING`,
 				);
@@ -821,8 +820,7 @@ const DispatcherService: ServiceSchema<ServiceSettingSchema, DispatcherThis> = {
 		async insertDeliveries(this: DispatcherThis, trx: Knex.Transaction, rows: NewDeliveryRow[]): Promise<void> {
 			const sqlite = await sqliteConnectionOf(trx);
 			if (sqlite) {
-				const insert = prepared(
-					sqlite,
+				const insert = sqlite.prepare(
 					`INSERT INTO deliveries (id, event_id, webhook_id, customer_id, status, next_attempt_at, lease_id, created_at, updated_at)
 					VALUES (@id, @event_id, @webhook_id, @customer_id, @status, @next_attempt_at, @lease_id, @created_at, @updated_at)`,
 				);
@@ -840,8 +838,7 @@ const DispatcherService: ServiceSchema<ServiceSettingSchema, DispatcherThis> = {
 			const matched = new Set<string>();
 			const sqlite = await sqliteConnectionOf(trx);
 			if (sqlite) {
-				const update = prepared(
-					sqlite,
+				const update = sqlite.prepare(
 					`UPDATE deliveries SET
 						status = @status, attempt_count = @attempt_count, next_attempt_at = @next_attempt_at,
 						parked = @parked, manual_retry = @manual_retry, lease_id = NULL,
@@ -914,8 +911,7 @@ const DispatcherService: ServiceSchema<ServiceSettingSchema, DispatcherThis> = {
 		async insertAttempts(this: DispatcherThis, trx: Knex.Transaction, rows: AttemptRow[]): Promise<void> {
 			const sqlite = await sqliteConnectionOf(trx);
 			if (sqlite) {
-				const insert = prepared(
-					sqlite,
+				const insert = sqlite.prepare(
 					`INSERT INTO delivery_attempts (delivery_id, attempt, attempted_at, success, status_code, error_kind, title, detail, duration_ms, response_excerpt)
 					VALUES (@delivery_id, @attempt, @attempted_at, @success, @status_code, @error_kind, @title, @detail, @duration_ms, @response_excerpt)`,
 				);
