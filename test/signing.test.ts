@@ -13,12 +13,14 @@ describe("signMessage", () => {
 
 	it("writes one v1 signature per secret, space-separated, newest first", () => {
 		const [newest, previous] = [generateWebhookSecret(), generateWebhookSecret()];
-		const header = signMessage("msg_1", new Date(), '{"a":1}', [newest, previous]);
+		// One fixed instant: separate new Date() calls can straddle a second and sign differently.
+		const at = new Date();
+		const header = signMessage("msg_1", at, '{"a":1}', [newest, previous]);
 		const parts = header.split(" ");
 		expect(parts).toHaveLength(2);
 		for (const part of parts) expect(part).toMatch(/^v1,[A-Za-z0-9+/]{43}=$/);
-		expect(parts[0]).toBe(signMessage("msg_1", new Date(), '{"a":1}', [newest]));
-		expect(parts[1]).toBe(signMessage("msg_1", new Date(), '{"a":1}', [previous]));
+		expect(parts[0]).toBe(signMessage("msg_1", at, '{"a":1}', [newest]));
+		expect(parts[1]).toBe(signMessage("msg_1", at, '{"a":1}', [previous]));
 	});
 
 	it("lets a receiver holding either secret verify a dual-signed message with the library", () => {
