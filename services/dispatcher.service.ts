@@ -21,7 +21,8 @@ import { z } from "zod";
 import { DbMixin, isPostgres, nowIso, type DbServiceThis } from "../mixins/db.mixin";
 import { validationError, zodParams } from "../mixins/validation";
 import { dispatcherMigrations } from "../migrations/dispatcher";
-import { invalidField, isDependencyFailure, NotFoundError } from "../lib/errors";
+import { invalidField, NotFoundError } from "../lib/errors";
+import { retryOnDependencyFailure } from "../lib/dependency-retry";
 import { buildPage, decodeCursor } from "../lib/pagination";
 import { MicroBatcher } from "../lib/micro-batcher";
 import { timeOrderedUuid } from "../lib/ids";
@@ -432,21 +433,15 @@ const DispatcherService: ServiceSchema<ServiceSettingSchema, DispatcherThis> = {
 		// ---- intake -------------------------------------------------------------------------
 
 		async receiveEvent(this: DispatcherThis, ctx: Context<unknown>): Promise<void> {
-			for (let attempt = 1; ; attempt += 1) {
-				try {
-					await this.acceptEvent(ctx.params, "event", ctx);
-					return;
-				} catch (err) {
-					if (err instanceof Errors.MoleculerClientError) return; // rejected: already logged and recorded
-					// A dependency (database, webhooks, users) blinked: an emitted event has no one to
-					// redeliver it, so try a few times before giving up on it.
-					if (isDependencyFailure(err) && attempt < DEPENDENCY_RETRIES && !this.stopping) {
-						await sleep(DEPENDENCY_RETRY_MS * attempt);
-						continue;
-					}
-					this.logger.error(`A ${TASKING_ORDER_STATUS_EVENT} event could not be processed and is lost`, err);
-					return;
-				}
+			try {
+				await retryOnDependencyFailure(() => this.acceptEvent(ctx.params, "event", ctx), {
+					attempts: DEPENDENCY_RETRIES,
+					delayMs: DEPENDENCY_RETRY_MS,
+					stopping: () => this.stopping,
+				});
+			} catch (err) {
+				if (err instanceof Errors.MoleculerClientError) return; // rejected: already logged and recorded
+				this.logger.error(`A ${TASKING_ORDER_STATUS_EVENT} event could not be processed and is lost`, err);
 			}
 		},
 

@@ -23,7 +23,8 @@ import { DbMixin, isPostgres, nowIso, type DbServiceThis } from "../mixins/db.mi
 import { issuesToProblems, zodParams } from "../mixins/validation";
 import { notifierMigrations } from "../migrations/notifier";
 import { ConfigError } from "../lib/config";
-import { invalidField, isDependencyFailure, type FieldProblem } from "../lib/errors";
+import { invalidField, type FieldProblem } from "../lib/errors";
+import { retryOnDependencyFailure } from "../lib/dependency-retry";
 import { counter } from "../lib/metrics";
 import { EMAIL_STATUSES, TASKING_ORDER_STATUS_EVENT, TASKING_ORDER_STATUS_TOPIC, TaskingOrderStatusEvent } from "../lib/schemas/events";
 import { TASKING_ORDER_STATUS } from "../lib/schemas/topics";
@@ -248,20 +249,16 @@ const NotifierService: ServiceSchema<ServiceSettingSchema, NotifierThis> = {
 			}
 			const event = parsed.data;
 			if (!EMAIL_STATUSES.has(event.status)) return;
-			for (let attempt = 1; ; attempt += 1) {
-				try {
-					await this.recordEmail(event);
-					this.wakeWorker();
-					return;
-				} catch (err) {
-					if (isDependencyFailure(err) && attempt < INTAKE_RETRIES && !this.stopping) {
-						await new Promise(resolve => setTimeout(resolve, INTAKE_RETRY_MS * attempt));
-						continue;
-					}
-					// Fire-and-forget: nobody could act on an exception, so log it loudly.
-					this.logger.error(`Could not record the order-status email of event ${event.event_id ?? "(no id)"} in the outbox; it is lost`, err);
-					return;
-				}
+			try {
+				await retryOnDependencyFailure(() => this.recordEmail(event), {
+					attempts: INTAKE_RETRIES,
+					delayMs: INTAKE_RETRY_MS,
+					stopping: () => this.stopping,
+				});
+				this.wakeWorker();
+			} catch (err) {
+				// Fire-and-forget: nobody could act on an exception, so log it loudly.
+				this.logger.error(`Could not record the order-status email of event ${event.event_id ?? "(no id)"} in the outbox; it is lost`, err);
 			}
 		},
 
