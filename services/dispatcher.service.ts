@@ -4,7 +4,7 @@
 // made, sends them through lib/webhook-sender.ts, retries failures on the persisted schedule of
 // lib/retry-schedule.ts, and serves the webhook test and the delivery log.
 //
-// How a delivery moves:
+// How a delivery moves (each step is a mixin in mixins/dispatcher/):
 //   intake   events arriving together are written in one transaction; each new delivery is
 //            leased to this instance in that same insert and handed straight to the worker.
 //   worker   sends within the global and per-webhook concurrency limits; results are written
@@ -14,28 +14,40 @@
 //            lease_id: an abandoned lease simply makes the row due again, and a result write
 //            must match the lease_id, so a stale worker cannot overwrite a newer attempt.
 //            PostgreSQL claims with FOR UPDATE SKIP LOCKED; SQLite has a single writer.
-import { type ServiceSchema, type ServiceSettingSchema } from "moleculer";
+//
+// This file wires the parts and owns the state they share (initialised in `created`) and the
+// order of start and shutdown. Constants, row types and `DispatcherThis` are in
+// mixins/dispatcher/shared.ts.
+import type { ServiceSchema, ServiceSettingSchema } from "moleculer";
 import { DbMixin, nowIso } from "../mixins/db.mixin";
 import { dispatcherMigrations } from "../migrations/dispatcher";
 import { MicroBatcher } from "../lib/micro-batcher";
 import { counter, histogram } from "../lib/metrics";
 import { WebhookSender } from "../lib/webhook-sender";
-import {
-	LEASE_SAFETY_MS,
-	MAX_INTAKE_BATCH,
-	MAX_RESULT_BATCH,
-	RESULT_LINGER_MS,
-	type DispatcherThis,
-} from "../mixins/dispatcher/shared";
+import { LEASE_SAFETY_MS, MAX_INTAKE_BATCH, MAX_RESULT_BATCH, RESULT_LINGER_MS, type DispatcherThis } from "../mixins/dispatcher/shared";
+import { IntakeMixin } from "../mixins/dispatcher/intake.mixin";
 import { WorkerMixin } from "../mixins/dispatcher/worker.mixin";
 import { ResultsMixin } from "../mixins/dispatcher/results.mixin";
 import { ClaimsMixin } from "../mixins/dispatcher/claims.mixin";
 import { DeliveryLogMixin } from "../mixins/dispatcher/delivery-log.mixin";
-import { IntakeMixin } from "../mixins/dispatcher/intake.mixin";
+
+// Moleculer types a mixin with the base Service as `this`; the parts are typed with DispatcherThis.
+const parts = [
+	// event tasking.order_status, action publish; acceptEvent, recordRejection, persistEvents
+	IntakeMixin,
+	// events webhooks.updated / removed / rotated; takeLease, enqueue, pump, startAttempt
+	WorkerMixin,
+	// afterAttempt, finish, writeUpdates (the lease-guarded batch write)
+	ResultsMixin,
+	// claimDue, claimBatch, schedulePoll; parking: recheckParked, resumeParked, cancelPending
+	ClaimsMixin,
+	// actions testWebhook, listDeliveries, getDelivery, retryDelivery
+	DeliveryLogMixin,
+] as Partial<ServiceSchema>[];
 
 const DispatcherService: ServiceSchema<ServiceSettingSchema, DispatcherThis> = {
 	name: "dispatcher",
-	mixins: [DbMixin("dispatcher", dispatcherMigrations) as Partial<ServiceSchema>, IntakeMixin as Partial<ServiceSchema>, DeliveryLogMixin as Partial<ServiceSchema>, ClaimsMixin as Partial<ServiceSchema>, ResultsMixin as Partial<ServiceSchema>, WorkerMixin as Partial<ServiceSchema>],
+	mixins: [DbMixin("dispatcher", dispatcherMigrations) as Partial<ServiceSchema>, ...parts],
 
 	created(this: DispatcherThis) {
 		this.stopping = false;

@@ -16,10 +16,10 @@ import {
 	PARKED_RECHECK_POLLS,
 	isTrue,
 	type DeliveryRow,
+	type DispatcherMixin,
 	type DispatcherThis,
 	type LeasedDelivery,
 	type MessageRow,
-	type DispatcherMixin,
 } from "./shared";
 
 export const ClaimsMixin: DispatcherMixin = {

@@ -24,10 +24,10 @@ import {
 	isTrue,
 	type AttemptRow,
 	type DeliveryRow,
+	type DispatcherMixin,
 	type DispatcherThis,
 	type MessageRow,
 	type TenantMeta,
-	type DispatcherMixin,
 } from "./shared";
 
 const DELIVERIES_PATH = (webhookId: string) => `/id/v3/webhooks/${webhookId}/deliveries`;

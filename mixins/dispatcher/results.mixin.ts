@@ -16,9 +16,9 @@ import {
 	ROWS_PER_STATEMENT,
 	type AttemptRow,
 	type DeliveryUpdate,
+	type DispatcherMixin,
 	type DispatcherThis,
 	type LeasedDelivery,
-	type DispatcherMixin,
 } from "./shared";
 
 const sleep = (ms: number) => new Promise(resolve => setTimeout(resolve, ms));

@@ -8,18 +8,16 @@ import type { Context } from "moleculer";
 import { nowIso } from "../db.mixin";
 import { chunks } from "../../lib/sql-rows";
 import type { ResolvedWebhook } from "../../lib/schemas/webhooks";
-import {
-	messageIdOf,
-} from "../../lib/schemas/deliveries";
+import { messageIdOf } from "../../lib/schemas/deliveries";
 import {
 	DEPENDENCY_RETRY_MS,
 	LEASE_BUFFER_FACTOR,
 	LEASE_SAFETY_MS,
 	TARGET_CACHE_MS,
+	type DispatcherMixin,
 	type DispatcherThis,
 	type LeasedDelivery,
 	type Target,
-	type DispatcherMixin,
 } from "./shared";
 
 export const WorkerMixin: DispatcherMixin = {
