@@ -150,10 +150,14 @@ export type DispatcherThis = DbServiceThis & {
 		duration: ReturnType<typeof histogram>;
 	};
 
+	// intake.mixin.ts
 	receiveEvent(ctx: Context<unknown>): Promise<void>;
 	acceptEvent(payload: unknown, source: EventSource, ctx: Context): Promise<PublishResult>;
 	recordRejection(source: EventSource, payload: unknown, reason: string): Promise<void>;
 	persistEvents(items: IntakeItem[]): Promise<PublishResult[]>;
+	insertMessages(trx: Knex.Transaction, rows: MessageRow[]): Promise<Set<string>>;
+	insertDeliveries(trx: Knex.Transaction, rows: NewDeliveryRow[]): Promise<void>;
+	// worker.mixin.ts
 	takeLease(webhookId: string): boolean;
 	releaseHold(webhookId: string): void;
 	enqueue(delivery: LeasedDelivery): void;
@@ -162,13 +166,13 @@ export type DispatcherThis = DbServiceThis & {
 	cacheTarget(webhookId: string, target: Target | null): void;
 	resolveTargets(webhookIds: string[]): Promise<void>;
 	startAttempt(delivery: LeasedDelivery, target: Target): void;
+	// results.mixin.ts
 	afterAttempt(delivery: LeasedDelivery, outcome: DeliveryOutcome): DeliveryUpdate;
 	finish(delivery: LeasedDelivery, change: Omit<DeliveryUpdate, "delivery">): void;
 	writeUpdates(updates: DeliveryUpdate[]): Promise<boolean[]>;
-	insertMessages(trx: Knex.Transaction, rows: MessageRow[]): Promise<Set<string>>;
-	insertDeliveries(trx: Knex.Transaction, rows: NewDeliveryRow[]): Promise<void>;
 	updateLeased(trx: Knex.Transaction, updates: DeliveryUpdate[], now: string): Promise<Set<string>>;
 	insertAttempts(trx: Knex.Transaction, rows: AttemptRow[]): Promise<void>;
+	// claims.mixin.ts
 	claimDue(): Promise<void>;
 	claimUntilFull(): Promise<void>;
 	claimBatch(limit: number): Promise<LeasedDelivery[]>;
@@ -177,6 +181,7 @@ export type DispatcherThis = DbServiceThis & {
 	recheckParked(): Promise<void>;
 	resumeParked(webhookId: string): Promise<void>;
 	cancelPending(webhookId: string): Promise<number>;
+	// delivery-log.mixin.ts
 	customerOf(ctx: Context<unknown, TenantMeta>): string;
 	ownedDelivery(ctx: Context<DeliveryParams, TenantMeta>): Promise<DeliveryRow>;
 	present(row: DeliveryRow): Delivery;
