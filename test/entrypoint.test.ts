@@ -225,6 +225,34 @@ describe("the server process", () => {
 		};
 		afterEach(stopNats);
 
+		it("stops within its bound on SIGTERM while NATS is down, instead of hanging until SIGKILL", async () => {
+			const natsPort = await freePort();
+			await startNats(natsPort, dataDir());
+			const opsPort = await freePort();
+			const running = run(["node", "--import", "tsx", "server.ts"], {
+				SERVICES: "topics,dispatcher,notifier",
+				TRANSPORTER: `nats://127.0.0.1:${natsPort}`,
+				NAMESPACE: `entry-down-${process.pid}`,
+				DATA_DIR: dataDir(),
+				HOST: "127.0.0.1",
+				OPS_PORT: String(opsPort),
+			});
+			try {
+				await waitForHealth(running, opsPort, 200);
+				await stopNats();
+				// The node sees NATS gone (it keeps trying to reconnect meanwhile).
+				await waitForHealth(running, opsPort, 503, 20_000);
+				const asked = Date.now();
+				running.child.kill("SIGTERM");
+				const code = await exitWithin(running, 40_000);
+				console.log(`SIGTERM with NATS down: exit ${code} after ${Date.now() - asked} ms`);
+				expect(code).toBe(0);
+				expect(running.output()).toMatch(/ServiceBroker is stopped/);
+			} finally {
+				if (running.child.exitCode === null) running.child.kill("SIGKILL");
+			}
+		});
+
 		it("answers 503 and exits non-zero once NATS closes the connection for good (credentials no longer accepted)", async () => {
 			const natsPort = await freePort();
 			const store = dataDir();
