@@ -242,8 +242,9 @@ describe.each(testDatabases())("webhook bad input on %s", database => {
 			];
 			for (const answer of answers) expect(answer.body.detail).toBe("Webhook not found");
 		}
-		// A body with someone else's id cannot redirect a PATCH: the path decides.
-		await rejected("PATCH", `/id/v3/webhooks/${crypto.randomUUID()}`, { token: alice, body: { id: alicesHook.id, active: false } }, 404);
+		// A body with someone else's id cannot redirect a PATCH: the id comes from the path only.
+		const redirected = await rejected("PATCH", `/id/v3/webhooks/${crypto.randomUUID()}`, { token: alice, body: { id: alicesHook.id, active: false } }, 422);
+		expect(redirected.body.errors).toEqual([{ path: "id", message: expect.stringContaining("URL path") }]);
 	});
 
 	it("answers 409, changing nothing, for a duplicate name or URL", async () => {
