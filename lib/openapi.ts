@@ -31,7 +31,8 @@ const Problem = z.object({
 	errors: z
 		.array(z.object({ path: z.string().describe("Where, e.g. events[0]; empty for the whole body"), message: z.string() }))
 		.optional()
-		.describe("422 only: one entry per problem found"),
+		.describe("422 only: one entry per problem found, at most 50"),
+	errors_omitted: z.number().int().optional().describe("How many problems were found beyond the 50 listed"),
 });
 
 const WebhookTestResult = WebhookView.extend({
