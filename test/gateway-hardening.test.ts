@@ -10,7 +10,7 @@ import path from "node:path";
 import crypto from "node:crypto";
 import knex, { type Knex } from "knex";
 import { SignJWT, type JWTPayload } from "jose";
-import { expectProblem, snapshotTables, startStack, type RequestOptions, type Stack, type TestResponse } from "./helpers/stack";
+import { expectProblem, rejectionCheck, snapshotTables, startStack, type RequestOptions, type Stack, type TestResponse } from "./helpers/stack";
 import { testDatabases, TEST_DATABASE_URL } from "./helpers/services";
 import { deriveUnsubscribeKey, signUnsubscribeToken } from "../lib/unsubscribe-token";
 import { runMigrations } from "../mixins/db.mixin";
@@ -86,16 +86,7 @@ describe.each(testDatabases())("gateway hardening on %s", database => {
 	const statuses: number[] = [];
 
 	const tables = () => snapshotTables(stack.db, TABLES);
-
-	/** Sends the request, checks the problem answer, and proves the database did not change. */
-	async function rejected(method: string, urlPath: string, options: RequestOptions, status: number): Promise<TestResponse> {
-		const before = await tables();
-		const response = await stack.request(method, urlPath, options);
-		statuses.push(response.status);
-		expectProblem(response, status);
-		expect(await tables()).toEqual(before);
-		return response;
-	}
+	const rejected = rejectionCheck(() => stack, TABLES, statuses);
 
 	/** An answer without a body that must also leave the database as it was. */
 	async function unchangedBy(method: string, urlPath: string, options: RequestOptions): Promise<TestResponse> {
