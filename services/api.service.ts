@@ -3,26 +3,16 @@
 // client address before authentication, per principal after), answers OPTIONS and CORS itself,
 // and maps /id/v3 routes to the actions of the services that own the data, each parameter taken
 // only from where the route documents it (lib/gateway-policy.ts).
-import type { IncomingMessage, Server, ServerResponse } from "node:http";
-import type { Socket } from "node:net";
+import type { IncomingMessage, ServerResponse } from "node:http";
 import type { Context, Service, ServiceSchema, ServiceSettingSchema } from "moleculer";
 import ApiGateway from "moleculer-web";
 import bodyParser from "body-parser";
 import { configOf, type AppConfig } from "../lib/config";
 import { createTokenVerifier, AuthenticationError, type Principal, type TokenVerifier } from "../lib/auth";
-import { ClientProblem, toProblem, type Problem } from "../lib/errors";
-import { openApiJson, queryParametersByAction } from "../lib/openapi";
+import { toProblem, type Problem } from "../lib/errors";
+import { openApiJson } from "../lib/openapi";
 import { createRateLimiter, type RateLimiter } from "../lib/rate-limit";
-import {
-	actionParams,
-	CORS_ALLOWED_HEADERS,
-	CORS_EXPOSED_HEADERS,
-	CORS_MAX_AGE_SECONDS,
-	originAllowed,
-	parseQuery,
-	requestIdFrom,
-	type RequestParts,
-} from "../lib/gateway-policy";
+import { GatewayFrontDoor } from "../mixins/gateway-front-door";
 
 export const API_BASE = "/id/v3";
 const BODY_LIMIT = "64kb";
@@ -35,8 +25,6 @@ const RATE_WINDOW_SECONDS = 60;
 const UNSUBSCRIBE_LIMIT_PER_ADDRESS = 60;
 // Routes answered with CORS headers for the configured origins (the email links are not).
 const CORS_PATHS = [API_BASE, "/openapi.json"];
-// moleculer-web's own handlers, which this service wraps.
-const Gateway = ApiGateway as unknown as { methods: Record<string, (this: unknown, ...args: unknown[]) => unknown> };
 
 /** Successful statuses other than 200, by action. The services stay free of HTTP details. */
 const STATUS_BY_ACTION: Record<string, number> = {
@@ -50,15 +38,8 @@ type GatewayRequest = IncomingMessage & {
 	$action?: { name: string };
 	body?: unknown;
 	originalUrl?: string;
-	/** Set when the connection carried malformed bytes after this request: it must not act. */
-	$malformedConnection?: boolean;
 };
 
-interface GatewayAlias {
-	method: string;
-	action?: string;
-	match(url: string): unknown;
-}
 type Next = (err?: unknown) => void;
 
 export interface GatewayMeta {
@@ -77,19 +58,12 @@ type ApiThis = Service & {
 	config: AppConfig;
 	verifyToken: TokenVerifier;
 	touchedUsers: Map<string, { fingerprint: string; at: number }>;
-	queryParameters: Map<string, string[]>;
 	limitAddress: RateLimiter;
 	limitPrincipal: RateLimiter;
 	limitUnsubscribe: RateLimiter;
-	server: Server;
-	aliases: GatewayAlias[];
 	authenticateRequest(req: GatewayRequest): Promise<void>;
 	touchUser(ctx: Context, principal: Principal): Promise<void>;
 	sendProblem(req: GatewayRequest, res: ServerResponse, err: unknown): void;
-	methodsAllowed(url: string): string[];
-	answerOptions(req: IncomingMessage, res: ServerResponse, url: string): void;
-	writeCorsHeaders(req: IncomingMessage, res: ServerResponse): void;
-	answerClientError(err: NodeJS.ErrnoException, socket: Socket): void;
 };
 
 function bearerToken(req: IncomingMessage): string {
@@ -99,12 +73,6 @@ function bearerToken(req: IncomingMessage): string {
 	const match = /^Bearer +([A-Za-z0-9\-_]+\.[A-Za-z0-9\-_]*\.[A-Za-z0-9\-_]*)$/i.exec(header.trim());
 	if (!match) throw new AuthenticationError("Authorization header must be 'Bearer <JWT>'");
 	return match[1];
-}
-
-/** The path without query string or trailing slash, as moleculer-web matches aliases. */
-function routedPath(url: string): string {
-	const path = url.split("?", 1)[0];
-	return path.length > 1 && path.endsWith("/") ? path.slice(0, -1) : path;
 }
 
 /** The client's address, for the limit that applies before anyone is authenticated. */
@@ -140,7 +108,8 @@ class HttpProblem extends Error {
 
 const ApiService: ServiceSchema<ServiceSettingSchema, ApiThis> = {
 	name: "api",
-	mixins: [ApiGateway],
+	// The front door first: its request handling wraps moleculer-web's.
+	mixins: [GatewayFrontDoor(CORS_PATHS), ApiGateway],
 
 	settings: {
 		port: 3000,
@@ -230,119 +199,6 @@ const ApiService: ServiceSchema<ServiceSettingSchema, ApiThis> = {
 	},
 
 	methods: {
-		/**
-		 * Every request passes here first. OPTIONS is answered here and never routed (moleculer-web
-		 * would run the action named by Access-Control-Request-Method), a known path with another
-		 * method gets 405, and every answer gets the request id and the security headers.
-		 */
-		httpHandler(this: ApiThis, req: GatewayRequest, res: ServerResponse, next?: Next) {
-			const requestId = requestIdFrom(req.headers["x-correlation-id"] ?? req.headers["x-request-id"]);
-			req.headers["x-request-id"] = requestId;
-			delete req.headers["x-correlation-id"];
-			res.setHeader("X-Request-Id", requestId);
-			res.setHeader("X-Content-Type-Options", "nosniff");
-			// Create and rotate answer with a secret; nothing the API answers belongs in a cache.
-			res.setHeader("Cache-Control", "no-store");
-			const url = routedPath(req.url ?? "/");
-			if (CORS_PATHS.some(prefix => url === prefix || url.startsWith(`${prefix}/`))) this.writeCorsHeaders(req, res);
-			if (req.method === "OPTIONS") return this.answerOptions(req, res, url);
-			const allowed = this.methodsAllowed(url);
-			if (allowed.length && !allowed.includes(req.method ?? "")) {
-				res.setHeader("Allow", allowed.join(", "));
-				return this.sendProblem(req, res, new ClientProblem(405, "method-not-allowed", `${req.method} is not allowed here: use ${allowed.join(", ")}`));
-			}
-			return Gateway.methods.httpHandler.call(this, req, res, next);
-		},
-
-		/** HEAD is GET without the body (moleculer-web skips the body of a HEAD answer). */
-		resolveAlias(this: ApiThis, url: string, method = "GET") {
-			return Gateway.methods.resolveAlias.call(this, url, method === "HEAD" ? "GET" : method);
-		},
-
-		/** Plain strings only: no nested objects, arrays from "name[]" or prototype keys. */
-		parseQueryString(this: ApiThis, req: IncomingMessage) {
-			const url = req.url ?? "/";
-			const mark = url.indexOf("?", 1);
-			return mark === -1 ? { url, query: parseQuery("") } : { url: url.slice(0, mark), query: parseQuery(url.slice(mark + 1)) };
-		},
-
-		/** Builds the action's params from where each may come from (lib/gateway-policy.ts). */
-		callAction(this: ApiThis, route: unknown, actionName: string, req: GatewayRequest, res: ServerResponse, parts: RequestParts & { params?: Record<string, string> }) {
-			if (req.$malformedConnection) throw new ClientProblem(400, "invalid-request", "The connection carried malformed data after this request: nothing was done");
-			const params = actionParams({ body: parts.body, query: parts.query, path: parts.params }, this.queryParameters.get(actionName) ?? []);
-			return Gateway.methods.callAction.call(this, route, actionName, req, res, params);
-		},
-
-		/** The methods the aliases accept on this path (HEAD wherever GET is); empty for an unknown path. */
-		methodsAllowed(this: ApiThis, url: string): string[] {
-			const methods = new Set(this.aliases.filter(alias => alias.match(url)).map(alias => alias.method));
-			if (methods.size === 0) return [];
-			if (methods.has("GET")) methods.add("HEAD");
-			methods.add("OPTIONS");
-			return [...methods];
-		},
-
-		/**
-		 * A CORS preflight from a configured origin gets what it may do; any other OPTIONS gets
-		 * 204 with Allow (a browser then refuses the cross-origin call). Nothing is ever called.
-		 */
-		answerOptions(this: ApiThis, req: IncomingMessage, res: ServerResponse, url: string): void {
-			const allowed = this.methodsAllowed(url);
-			if (allowed.length === 0) return this.sendProblem(req as GatewayRequest, res, new ClientProblem(404, "not-found", "Not found"));
-			res.setHeader("Allow", allowed.join(", "));
-			const requested = req.headers["access-control-request-method"];
-			const preflight = typeof requested === "string" && res.hasHeader("Access-Control-Allow-Origin");
-			if (preflight && allowed.includes(requested)) {
-				res.setHeader("Access-Control-Allow-Methods", allowed.join(", "));
-				res.setHeader("Access-Control-Allow-Headers", CORS_ALLOWED_HEADERS.join(", "));
-				res.setHeader("Access-Control-Max-Age", String(CORS_MAX_AGE_SECONDS));
-			}
-			res.appendHeader("Vary", "Access-Control-Request-Method, Access-Control-Request-Headers");
-			res.writeHead(204);
-			res.end();
-		},
-
-		writeCorsHeaders(this: ApiThis, req: IncomingMessage, res: ServerResponse): void {
-			res.setHeader("Vary", "Origin");
-			const origin = req.headers.origin;
-			if (!originAllowed(origin, this.config.CORS_ORIGINS)) return;
-			res.setHeader("Access-Control-Allow-Origin", origin);
-			res.setHeader("Access-Control-Expose-Headers", CORS_EXPOSED_HEADERS.join(", "));
-		},
-
-		/**
-		 * Bytes that do not parse as HTTP (e.g. junk after a `Content-Length: 0` request) get a
-		 * problem+json 400 and the connection is closed. A request already read from the same
-		 * connection is marked so that it does nothing, and answered before the 400.
-		 */
-		answerClientError(this: ApiThis, err: NodeJS.ErrnoException, socket: Socket): void {
-			if (err.code === "ECONNRESET" || !socket.writable) return void socket.destroy();
-			const [status, detail] =
-				err.code === "HPE_HEADER_OVERFLOW"
-					? [431, "The request headers are too large"]
-					: err.code === "ERR_HTTP_REQUEST_TIMEOUT"
-						? [408, "The request was not received in time"]
-						: [400, "The request is not valid HTTP"];
-			const problem = toProblem(new ClientProblem(status, "invalid-request", detail));
-			const body = JSON.stringify(problem);
-			let answered = false;
-			const answer = () => {
-				if (answered) return;
-				answered = true;
-				if (!socket.writable) return void socket.destroy();
-				socket.end(
-					`HTTP/1.1 ${status} ${problem.title}\r\nContent-Type: application/problem+json\r\nX-Content-Type-Options: nosniff\r\n` +
-						`Cache-Control: no-store\r\nConnection: close\r\nContent-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`,
-				);
-			};
-			const pending = (socket as Socket & { _httpMessage?: ServerResponse & { req?: GatewayRequest } })._httpMessage;
-			if (pending && !pending.writableFinished) {
-				if (pending.req) pending.req.$malformedConnection = true;
-				pending.once("finish", answer);
-				pending.once("close", answer);
-			} else answer();
-		},
-
 		async authenticateRequest(this: ApiThis, req: GatewayRequest): Promise<void> {
 			const principal = await this.verifyToken(bearerToken(req));
 			const ctx = req.$ctx;
@@ -448,12 +304,10 @@ const ApiService: ServiceSchema<ServiceSettingSchema, ApiThis> = {
 		this.config = configOf(this.broker);
 		this.verifyToken = createTokenVerifier(this.config);
 		this.touchedUsers = new Map();
-		this.queryParameters = queryParametersByAction();
 		const perMinute = this.config.RATE_LIMIT_PER_MINUTE;
 		this.limitPrincipal = createRateLimiter(perMinute, RATE_WINDOW_SECONDS);
 		this.limitAddress = createRateLimiter(this.config.RATE_LIMIT_PER_ADDRESS_PER_MINUTE ?? 2 * perMinute, RATE_WINDOW_SECONDS);
 		this.limitUnsubscribe = createRateLimiter(UNSUBSCRIBE_LIMIT_PER_ADDRESS, RATE_WINDOW_SECONDS);
-		this.server?.on("clientError", (err: NodeJS.ErrnoException, socket: Socket) => this.answerClientError(err, socket));
 	},
 };
 
