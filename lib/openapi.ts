@@ -275,7 +275,7 @@ const ERROR_DESCRIPTIONS: Record<ErrorStatus, string> = {
 	413: "The body is over 64 KiB",
 	415: "The body was not sent as application/json",
 	422: "The body or parameters failed validation: `errors` says what and where",
-	429: "Rate limit hit: wait for Retry-After seconds",
+	429: "Rate limit hit (per principal, or per client address before authentication): wait for Retry-After seconds",
 	503: "A dependency (database, broker) is down; nothing was changed",
 };
 
@@ -432,7 +432,10 @@ export function buildOpenApiDocument(options: OpenApiOptions): JsonSchema {
 			version: options.version,
 			description:
 				"Webhooks (Standard Webhooks signatures), their delivery log, and per-user email notification preferences. " +
-				"Every /id/v3 operation needs `Authorization: Bearer <JWT>`. Errors are RFC 9457 problem details.",
+				"Every /id/v3 operation needs `Authorization: Bearer <JWT>`. Errors are RFC 9457 problem details. " +
+				"Body fields come from the JSON body only, and an operation accepts only the query parameters listed here (others get 422). " +
+				"OPTIONS is answered by the gateway (CORS preflights for the configured origins), HEAD is GET without a body, " +
+				"and a method a path does not take gets 405 with Allow.",
 		},
 		servers: [{ url: options.serverUrl ?? "/" }],
 		security: [{ bearerAuth: [] }],
