@@ -62,6 +62,7 @@ type ApiThis = Service & {
 	limitPrincipal: RateLimiter;
 	limitUnsubscribe: RateLimiter;
 	authenticateRequest(req: GatewayRequest): Promise<void>;
+	beforeAction(req: GatewayRequest): Promise<void>;
 	touchUser(ctx: Context, principal: Principal): Promise<void>;
 	sendProblem(req: GatewayRequest, res: ServerResponse, err: unknown): void;
 };
@@ -205,7 +206,15 @@ const ApiService: ServiceSchema<ServiceSettingSchema, ApiThis> = {
 			ctx.meta.principal = principal;
 			ctx.meta.userId = principal.userId;
 			ctx.meta.customerId = principal.customerId;
-			await this.touchUser(ctx, principal);
+		},
+
+		/**
+		 * The user record is refreshed from the token only once the gateway has accepted the
+		 * request (limits, body, parameters), so that those refusals write nothing.
+		 */
+		async beforeAction(this: ApiThis, req: GatewayRequest): Promise<void> {
+			const principal = req.$ctx.meta.principal;
+			if (principal) await this.touchUser(req.$ctx, principal);
 		},
 
 		async touchUser(this: ApiThis, ctx: Context, principal: Principal): Promise<void> {

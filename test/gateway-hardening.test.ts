@@ -284,6 +284,20 @@ describe.each(testDatabases())("gateway hardening on %s", database => {
 			expect(await tables()).toEqual(before);
 		});
 
+		it("writes no user record for a request the gateway refuses, even from a new user", async () => {
+			const refusals: Array<[string, string, RequestOptions, number]> = [
+				["POST", "/id/v3/webhooks", { headers: { "content-type": "text/plain" }, body: "{}" }, 415],
+				["POST", "/id/v3/webhooks", { headers: { "content-type": "application/json" }, body: "{not json" }, 400],
+				["POST", "/id/v3/webhooks", { headers: { "content-type": "application/json" }, body: JSON.stringify({ name: "x".repeat(70_000) }) }, 413],
+				["GET", "/id/v3/webhooks?admin=1", {}, 422],
+				["PATCH", `/id/v3/webhooks/${hook.id}`, { body: { id: hook.id, active: false } }, 422],
+			];
+			for (const [index, [method, urlPath, options, status]] of refusals.entries()) {
+				const token = await stack.token(`newcomer-${index}`, { email: `newcomer-${index}@example.com` });
+				await rejected(method, urlPath, { ...options, token }, status);
+			}
+		});
+
 		it("answers bare junk with problem details", async () => {
 			const responses = await rawExchange(stack.baseUrl, "NOT HTTP AT ALL\r\n\r\n");
 			expect(responses.map(response => [response.status, response.headers["content-type"]])).toEqual([[400, "application/problem+json"]]);
