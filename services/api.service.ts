@@ -116,6 +116,7 @@ const ApiService: ServiceSchema<ServiceSettingSchema, ApiThis> = {
 					"GET /webhooks/:id/deliveries": "dispatcher.listDeliveries",
 					"GET /webhooks/:id/deliveries/:delivery_id": "dispatcher.getDelivery",
 					"POST /webhooks/:id/deliveries/:delivery_id/retry": "dispatcher.retryDelivery",
+					"GET /webhooks/:id/stats": "dispatcher.webhookStats",
 					"GET /user/details": "users.details",
 					"PUT /user/settings": "users.updateSettings",
 				},

@@ -2,7 +2,8 @@
 // `delivery_attempts`, `delivery_rejected_events`). It takes in `tasking.order_status` events,
 // persists one message per event and one delivery per subscribed webhook before any request is
 // made, sends them through lib/webhook-sender.ts, retries failures on the persisted schedule of
-// lib/retry-schedule.ts, and serves the webhook test and the delivery log.
+// lib/retry-schedule.ts, and serves the webhook test, the delivery log and (mixins/delivery-stats.mixin.ts)
+// the per-hour delivery stats.
 //
 // How a delivery moves:
 //   intake   events arriving together are written in one transaction; each new delivery is
@@ -21,6 +22,7 @@ import { z } from "zod";
 import { DbMixin, isPostgres, nowIso, type DbServiceThis } from "../mixins/db.mixin";
 import { validationError, zodParams } from "../mixins/validation";
 import { dispatcherMigrations } from "../migrations/dispatcher";
+import { DeliveryStatsMixin } from "../mixins/delivery-stats.mixin";
 import { invalidField, NotFoundError } from "../lib/errors";
 import { retryOnDependencyFailure } from "../lib/dependency-retry";
 import { buildPage, decodeCursor } from "../lib/pagination";
@@ -251,7 +253,7 @@ const sleep = (ms: number) => new Promise(resolve => setTimeout(resolve, ms));
 
 const DispatcherService: ServiceSchema<ServiceSettingSchema, DispatcherThis> = {
 	name: "dispatcher",
-	mixins: [DbMixin("dispatcher", dispatcherMigrations) as Partial<ServiceSchema>],
+	mixins: [DbMixin("dispatcher", dispatcherMigrations) as Partial<ServiceSchema>, DeliveryStatsMixin as Partial<ServiceSchema>],
 
 	actions: {
 		/**
