@@ -9,6 +9,7 @@ import { configOf, type AppConfig } from "../lib/config";
 import { createTokenVerifier, AuthenticationError, type Principal, type TokenVerifier } from "../lib/auth";
 import { toProblem, type Problem } from "../lib/errors";
 import { openApiJson } from "../lib/openapi";
+import { createWebAppHandler } from "../lib/web-app";
 
 export const API_BASE = "/id/v3";
 const BODY_LIMIT = "64kb";
@@ -173,6 +174,15 @@ const ApiService: ServiceSchema<ServiceSettingSchema, ApiThis> = {
 					},
 				},
 			},
+			{
+				// The web application at / and its GET /config.json (lib/web-app.ts). Routes are
+				// matched deepest first, so this one only sees what no other route claims.
+				path: "/",
+				mappingPolicy: "restrict",
+				autoAliases: false,
+				bodyParsers: false,
+				use: [],
+			},
 		],
 		onError(this: ApiThis, req: GatewayRequest, res: ServerResponse, err: unknown) {
 			this.sendProblem(req, res, err);
@@ -227,10 +237,11 @@ const ApiService: ServiceSchema<ServiceSettingSchema, ApiThis> = {
 		const settings = schema.settings as {
 			port: number;
 			ip: string;
-			routes: Array<{ rateLimit: { limit: number }; use: unknown[] }>;
+			routes: Array<{ path: string; rateLimit: { limit: number }; use: unknown[] }>;
 		};
 		settings.port = config.PORT;
 		settings.ip = config.HOST;
+		settings.routes.find(webApp => webApp.path === "/")!.use = [createWebAppHandler(config)];
 		const route = settings.routes[0];
 		route.rateLimit.limit = config.RATE_LIMIT_PER_MINUTE;
 		// Not strict: a JSON string or number is valid JSON, so it gets the 422 below, not a 400.
