@@ -142,12 +142,12 @@ function Attempts(props: { id: string; delivery: DeliveryWithAttempts }) {
 					<tbody>
 						{attempts.map(attempt => (
 							<tr key={`${attempt.attempt}-${attempt.attempted_at}`}>
-								<td>{attempt.attempt}</td>
-								<td>{formatTime(attempt.attempted_at)}</td>
-								<td>{attempt.status_code ?? "—"}</td>
-								<td>{attempt.duration_ms} ms</td>
-								<td>{attempt.success ? "—" : attempt.error_kind ? ERROR_KINDS[attempt.error_kind] : "—"}</td>
-								<td>{attempt.success ? "Delivered" : attempt.detail}</td>
+								<td data-label="#">{attempt.attempt}</td>
+								<td data-label="Time">{formatTime(attempt.attempted_at)}</td>
+								<td data-label="Status code">{attempt.status_code ?? "—"}</td>
+								<td data-label="Duration">{attempt.duration_ms} ms</td>
+								<td data-label="Error kind">{attempt.success ? "—" : attempt.error_kind ? ERROR_KINDS[attempt.error_kind] : "—"}</td>
+								<td data-label="Detail">{attempt.success ? "Delivered" : attempt.detail}</td>
 							</tr>
 						))}
 					</tbody>

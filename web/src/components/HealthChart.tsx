@@ -22,7 +22,7 @@ export function HealthChart(props: { stats: WebhookStats }) {
 	const summary = `Last 24 hours: ${totals.succeeded} succeeded, ${totals.failed} failed, ${totals.pending} pending; ${totals.attempts_failed} failed attempts.`;
 	return (
 		<figure class="chart">
-			<svg viewBox={`0 0 ${WIDTH} ${HEIGHT + 16}`} role="img" aria-label={summary} preserveAspectRatio="none">
+			<svg viewBox={`0 0 ${WIDTH} ${HEIGHT + 1}`} role="img" aria-label={summary} preserveAspectRatio="none">
 				<line x1="0" x2={WIDTH} y1={HEIGHT} y2={HEIGHT} class="axis" />
 				{buckets.map((bucket, index) => {
 					let y = HEIGHT;
@@ -39,13 +39,11 @@ export function HealthChart(props: { stats: WebhookStats }) {
 						</g>
 					);
 				})}
-				<text x="0" y={HEIGHT + 13} class="tick">
-					{hourLabel(buckets[0].start)}
-				</text>
-				<text x={WIDTH} y={HEIGHT + 13} class="tick" text-anchor="end">
-					now
-				</text>
 			</svg>
+			<div class="ticks" aria-hidden="true">
+				<span>{hourLabel(buckets[0].start)}</span>
+				<span>now</span>
+			</div>
 			<figcaption>
 				<ul class="legend">
 					{SERIES.map(series => (

@@ -1,7 +1,7 @@
 // Small building blocks shared by the pages: links, problem banners, field messages, switches,
 // confirmation dialogs, the copy-once secret panel.
 import type { ComponentChildren } from "preact";
-import { useEffect, useRef, useState } from "preact/hooks";
+import { useEffect, useId, useRef, useState } from "preact/hooks";
 import { onLinkClick } from "../router";
 import type { ApiError } from "../api";
 
@@ -66,6 +66,7 @@ export function Switch(props: { checked: boolean; label: string; onChange: (chec
 /** A modal confirmation: focus moves into it, Escape cancels, the page behind is inert. */
 export function ConfirmDialog(props: { open: boolean; title: string; confirmLabel: string; danger?: boolean; onConfirm: () => void; onCancel: () => void; children: ComponentChildren }) {
 	const dialog = useRef<HTMLDialogElement>(null);
+	const titleId = useId();
 	useEffect(() => {
 		const element = dialog.current;
 		if (!element) return;
@@ -73,8 +74,15 @@ export function ConfirmDialog(props: { open: boolean; title: string; confirmLabe
 		if (!props.open && element.open) element.close();
 	}, [props.open]);
 	return (
-		<dialog ref={dialog} aria-labelledby="confirm-title" onCancel={event => (event.preventDefault(), props.onCancel())}>
-			<h2 id="confirm-title">{props.title}</h2>
+		<dialog
+			ref={dialog}
+			aria-labelledby={titleId}
+			onCancel={event => {
+				event.preventDefault();
+				props.onCancel();
+			}}
+		>
+			<h2 id={titleId}>{props.title}</h2>
 			<div>{props.children}</div>
 			<div class="actions">
 				<button type="button" onClick={props.onCancel} autofocus>
