@@ -31,6 +31,11 @@ module.exports = tseslint.config(
 		},
 	},
 	{
+		// ES-module scripts run by Node (the test OpenID Provider, which must be ESM).
+		files: ["**/*.mjs"],
+		languageOptions: { sourceType: "module", globals: { process: "readonly", URL: "readonly", console: "readonly" } },
+	},
+	{
 		// Plain CommonJS configuration files (this one, jest.config.js).
 		files: ["**/*.js"],
 		languageOptions: {

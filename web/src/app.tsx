@@ -33,13 +33,11 @@ export function App() {
 			accessToken => {
 				storeToken(accessToken);
 				setToken(accessToken);
-				window.history.replaceState(null, "", "/webhooks");
-				navigate("/webhooks");
+				navigate("/webhooks", { replace: true });
 			},
 			() => {
-				window.history.replaceState(null, "", "/");
 				setNotice("Signing in did not complete. Please try again.");
-				navigate("/");
+				navigate("/", { replace: true });
 			},
 		);
 	}, [config, path]);

@@ -1,9 +1,10 @@
 // A few paths, so a tiny router: location.pathname is the state, links push history entries.
 import { useEffect, useState } from "preact/hooks";
 
-export function navigate(path: string): void {
-	if (path === window.location.pathname + window.location.search) return;
-	window.history.pushState(null, "", path);
+/** Goes to a path of the app; `replace` leaves no history entry (e.g. for the OIDC callback URL). */
+export function navigate(path: string, options: { replace?: boolean } = {}): void {
+	if (options.replace) window.history.replaceState(null, "", path);
+	else if (path !== window.location.pathname + window.location.search) window.history.pushState(null, "", path);
 	window.dispatchEvent(new PopStateEvent("popstate"));
 }
 
