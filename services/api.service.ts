@@ -181,6 +181,7 @@ const ApiService: ServiceSchema<ServiceSettingSchema, ApiThis> = {
 				mappingPolicy: "restrict",
 				autoAliases: false,
 				bodyParsers: false,
+				aliases: {},
 				use: [],
 			},
 		],

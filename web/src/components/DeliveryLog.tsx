@@ -2,7 +2,7 @@
 // demand (time, status code, duration, error kind) and a retry button.
 import { useEffect, useState } from "preact/hooks";
 import { Api, ApiError } from "../api";
-import { ProblemBanner, formatTime } from "./common";
+import { Feedback, formatTime } from "./common";
 import type { Delivery, DeliveryWithAttempts } from "../types";
 
 type Page = { deliveries: Delivery[]; links: Array<{ rel: string; href: string }> };
@@ -77,10 +77,7 @@ export function DeliveryLog(props: { api: Api; webhookId: string; refreshKey: nu
 					</button>
 				</div>
 			</div>
-			<ProblemBanner error={error} />
-			<p class="visually-hidden" role="status">
-				{announcement}
-			</p>
+			<Feedback error={error} status={announcement} />
 			{deliveries && deliveries.length === 0 && <p>No deliveries{status ? ` with status ${status}` : ""} yet. Events this webhook subscribes to will appear here.</p>}
 			{deliveries && deliveries.length > 0 && (
 				<ol class="deliveries">

@@ -33,6 +33,18 @@ export function ProblemBanner(props: { error: ApiError | null; extra?: string[];
 	);
 }
 
+/** A page's feedback: the last problem, visible, and a quiet confirmation for screen readers. */
+export function Feedback(props: { error: ApiError | null; status: string }) {
+	return (
+		<>
+			<ProblemBanner error={props.error} />
+			<p class="visually-hidden" role="status">
+				{props.status}
+			</p>
+		</>
+	);
+}
+
 export function FieldMessages(props: { id: string; messages: string[] }) {
 	if (props.messages.length === 0) return null;
 	return (

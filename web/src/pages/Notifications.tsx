@@ -3,7 +3,7 @@
 // unsubscribe link) is never overwritten silently.
 import { useEffect, useState } from "preact/hooks";
 import { Api, ApiError } from "../api";
-import { ProblemBanner, Switch } from "../components/common";
+import { Feedback, Switch } from "../components/common";
 import type { UserDetails } from "../types";
 
 export function NotificationsPage(props: { api: Api }) {
@@ -65,10 +65,7 @@ export function NotificationsPage(props: { api: Api }) {
 					</p>
 				</div>
 			)}
-			<ProblemBanner error={error} />
-			<p class="visually-hidden" role="status">
-				{status}
-			</p>
+			<Feedback error={error} status={status} />
 			{!details && !error && <p aria-live="polite">Loading…</p>}
 			{details && (
 				<section class="card" aria-labelledby="email-heading">

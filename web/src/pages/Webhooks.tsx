@@ -2,7 +2,7 @@
 // says what a webhook is, and the create form. After a create the secret is shown once.
 import { useEffect, useState } from "preact/hooks";
 import { Api, ApiError } from "../api";
-import { Link, ProblemBanner, SecretPanel, Switch } from "../components/common";
+import { Feedback, Link, SecretPanel, Switch } from "../components/common";
 import { WebhookForm, type WebhookFormValues } from "../components/WebhookForm";
 import type { Webhook, WebhookPage, WebhookTopic, WebhookWithSecret } from "../types";
 
@@ -64,10 +64,7 @@ export function WebhooksPage(props: { api: Api }) {
 					</button>
 				)}
 			</div>
-			<ProblemBanner error={error} />
-			<p class="visually-hidden" role="status">
-				{status}
-			</p>
+			<Feedback error={error} status={status} />
 			{created && <SecretPanel name={created.name} secret={created.secret} onDone={() => setCreated(null)} />}
 			{(creating || (webhooks?.length === 0 && !created)) && topics.length > 0 && (
 				<section aria-labelledby="create-heading" class="card">
