@@ -270,6 +270,27 @@ describeWithBrowser("web application in Chromium", () => {
 		expect(await page.getByRole("link", { name: "Orders to ERP (renamed)" }).count()).toBe(0);
 	});
 
+	it("creates a webhook with the keyboard alone", async () => {
+		await page.getByRole("button", { name: "New webhook" }).focus();
+		await page.keyboard.press("Enter");
+		// Focus moves into the form, on Webhook Name.
+		await page.waitForFunction(() => document.activeElement?.id === "create-name");
+		await page.keyboard.type("Typed by keyboard");
+		await page.keyboard.press("Tab");
+		await page.keyboard.type(`${env.receiver.url}${receiverPath("keyboard")}`);
+		await page.keyboard.press("Tab");
+		// The first event type's checkbox; Space ticks it.
+		const firstTopic = await page.evaluate(() => (document.activeElement as HTMLInputElement).value);
+		expect(["tasking:order_status", "tasking:order_created"]).toContain(firstTopic);
+		await page.keyboard.press("Space");
+		await page.keyboard.press("Shift+Tab");
+		await page.keyboard.press("Enter");
+		await page.locator(".secret-panel").waitFor();
+		const names = (await api("GET", "/webhooks")).body.webhooks.map((webhook: { name: string; events: string[] }) => [webhook.name, webhook.events]);
+		expect(names).toContainEqual(["Typed by keyboard", [firstTopic]]);
+		await page.getByRole("button", { name: "I have stored the secret" }).press("Enter");
+	});
+
 	it("turns email on and off, as /user/details then shows, and explains a 412 in words", async () => {
 		await page.getByRole("link", { name: "Notifications" }).click();
 		await page.getByRole("heading", { name: "Notification settings" }).waitFor();

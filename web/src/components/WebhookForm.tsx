@@ -1,6 +1,6 @@
 // The webhook form: "Webhook Name", "URL" and "Event Types", as the specification names them.
 // Creating asks for all three; editing changes the name and the events (a URL is fixed).
-import { useState } from "preact/hooks";
+import { useEffect, useRef, useState } from "preact/hooks";
 import { ApiError, unplacedErrors } from "../api";
 import { FieldMessages, ProblemBanner } from "./common";
 import type { WebhookTopic } from "../types";
@@ -31,7 +31,13 @@ export function WebhookForm(props: {
 	submitLabel: string;
 	onSubmit: (values: WebhookFormValues) => Promise<void>;
 	onCancel?: () => void;
+	/** Move focus to Webhook Name when the form appears on request (not on page load). */
+	focusOnOpen?: boolean;
 }) {
+	const nameInput = useRef<HTMLInputElement>(null);
+	useEffect(() => {
+		if (props.focusOnOpen) nameInput.current?.focus();
+	}, []);
 	const [values, setValues] = useState<WebhookFormValues>(props.initial ?? { name: "", url: "", events: props.topics.length === 1 ? [props.topics[0].topic] : [] });
 	const [error, setError] = useState<ApiError | null>(null);
 	const [busy, setBusy] = useState(false);
@@ -68,6 +74,7 @@ export function WebhookForm(props: {
 			<div class="field">
 				<label for={id("name")}>Webhook Name</label>
 				<input
+					ref={nameInput}
 					id={id("name")}
 					name="name"
 					type="text"

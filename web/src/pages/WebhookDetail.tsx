@@ -155,6 +155,7 @@ export function WebhookDetailPage(props: { api: Api; id: string }) {
 						submitLabel="Save changes"
 						onSubmit={save}
 						onCancel={() => setEditing(false)}
+						focusOnOpen
 					/>
 				</section>
 			)}

@@ -70,7 +70,14 @@ export function WebhooksPage(props: { api: Api }) {
 				<section aria-labelledby="create-heading" class="card">
 					{webhooks?.length === 0 && !creating && <EmptyState />}
 					<h2 id="create-heading">Create a webhook</h2>
-					<WebhookForm idPrefix="create" topics={topics} submitLabel="Create webhook" onSubmit={create} onCancel={webhooks?.length ? () => setCreating(false) : undefined} />
+					<WebhookForm
+						idPrefix="create"
+						topics={topics}
+						submitLabel="Create webhook"
+						onSubmit={create}
+						onCancel={webhooks?.length ? () => setCreating(false) : undefined}
+						focusOnOpen={creating}
+					/>
 				</section>
 			)}
 			{webhooks === null && !error && <p aria-live="polite">Loading…</p>}
