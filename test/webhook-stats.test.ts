@@ -115,6 +115,8 @@ describe.each(testDatabases())("webhook stats on %s", database => {
 		["an empty window", "?window=", "window"],
 		["an SQL fragment", "?window=24h'%20or%201=1--", "window"],
 		["a repeated window", "?window=24h&window=24h", "window"],
+		["an oversized window", `?window=${"24h".repeat(3000)}`, "window"],
+		["a window of the wrong type", "?window[a]=24h", "window"],
 		["an unknown parameter", "?window=24h&customer_id=acme", ""],
 	])("refuses %s with 422 naming the parameter", async (_what, query, path) => {
 		const alice = await newCustomer();
