@@ -1,0 +1,43 @@
+// The SDK's types, derived from the zod schemas that the service itself validates and answers
+// with (lib/schemas): the request types are the schemas' input, the answers their output. They
+// are type-only imports, so the SDK carries no zod or service code at run time.
+import type { z } from "zod";
+import type { WebhookTopic } from "../../lib/schemas/topics";
+import type { CreateWebhook, UpdateWebhook, WebhookView, WebhookWithSecret as WebhookWithSecretSchema } from "../../lib/schemas/webhooks";
+import type {
+	Delivery as DeliverySchema,
+	DeliveryStatus as DeliveryStatusSchema,
+	DeliveryWithAttempts as DeliveryWithAttemptsSchema,
+	OrderStatusMessage,
+	WebhookTestMessage,
+	WebhookTestOutcome,
+} from "../../lib/schemas/deliveries";
+import type { NotificationsUpdate, UserDetails as UserDetailsSchema } from "../../lib/schemas/users";
+import type { PageContext, PageLink } from "../../lib/schemas/common";
+import type { FieldProblem, Problem } from "../../lib/errors";
+
+export type EventTopic = z.infer<typeof WebhookTopic>;
+
+export type Webhook = z.infer<typeof WebhookView>;
+/** What `webhooks.create` and `webhooks.rotate` answer: the only time the secret is shown. */
+export type WebhookWithSecret = z.infer<typeof WebhookWithSecretSchema>;
+export type CreateWebhookInput = z.input<typeof CreateWebhook>;
+/** Any of name, events (or event_types), active. The URL cannot change. */
+export type UpdateWebhookInput = Omit<z.input<typeof UpdateWebhook>, "id" | "url">;
+export type WebhookTestResult = Webhook & WebhookTestOutcome;
+
+export type DeliveryStatus = z.infer<typeof DeliveryStatusSchema>;
+export type Delivery = z.infer<typeof DeliverySchema>;
+export type DeliveryWithAttempts = z.infer<typeof DeliveryWithAttemptsSchema>;
+
+export type UserDetails = z.infer<typeof UserDetailsSchema>;
+/** The `notifications` list of PUT /user/settings: `[{category, settings: [{topic, email}]}]`. */
+export type NotificationsInput = NonNullable<z.input<typeof NotificationsUpdate>>;
+
+export type PageInfo = z.infer<typeof PageContext>;
+export type Link = z.infer<typeof PageLink>;
+export type { FieldProblem, Problem };
+
+/** A verified delivery's body, discriminated by `type`. */
+export type WebhookEvent = OrderStatusMessage | WebhookTestMessage;
+export type { OrderStatusMessage as OrderStatusEvent, WebhookTestMessage as WebhookTestEvent };
