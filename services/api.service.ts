@@ -9,6 +9,8 @@ import { configOf, type AppConfig } from "../lib/config";
 import { createTokenVerifier, AuthenticationError, type Principal, type TokenVerifier } from "../lib/auth";
 import { toProblem, type Problem } from "../lib/errors";
 import { openApiJson } from "../lib/openapi";
+import { requestIdFrom } from "../lib/request-id";
+import { httpRequestObserver } from "../lib/http-metrics";
 
 export const API_BASE = "/id/v3";
 const BODY_LIMIT = "64kb";
@@ -49,6 +51,7 @@ type ApiThis = Service & {
 	config: AppConfig;
 	verifyToken: TokenVerifier;
 	touchedUsers: Map<string, { fingerprint: string; at: number }>;
+	observeHttpRequest(req: IncomingMessage, res: ServerResponse): void;
 	authenticateRequest(req: GatewayRequest): Promise<void>;
 	touchUser(ctx: Context, principal: Principal): Promise<void>;
 	sendProblem(req: GatewayRequest, res: ServerResponse, err: unknown): void;
@@ -95,6 +98,13 @@ const ApiService: ServiceSchema<ServiceSettingSchema, ApiThis> = {
 		log4XXResponses: false,
 		logRequestParams: null,
 		logResponseData: null,
+		// Runs first for every request: the request id (honoured from X-Request-Id when safe, echoed
+		// back) becomes ctx.requestID of every action the request causes, and so of their log lines.
+		rootCallOptions(this: ApiThis, options: { requestID?: string }, req: IncomingMessage, res: ServerResponse) {
+			this.observeHttpRequest(req, res);
+			options.requestID = requestIdFrom(req.headers["x-request-id"]);
+			res.setHeader("X-Request-Id", options.requestID);
+		},
 		routes: [
 			{
 				path: API_BASE,
@@ -267,6 +277,7 @@ const ApiService: ServiceSchema<ServiceSettingSchema, ApiThis> = {
 		this.config = configOf(this.broker);
 		this.verifyToken = createTokenVerifier(this.config);
 		this.touchedUsers = new Map();
+		this.observeHttpRequest = httpRequestObserver(this.broker);
 	},
 };
 

@@ -19,6 +19,7 @@ import { Errors, type Context, type ServiceSchema, type ServiceSettingSchema } f
 import type { Knex } from "knex";
 import { z } from "zod";
 import { DbMixin, isPostgres, nowIso, type DbServiceThis } from "../mixins/db.mixin";
+import { DispatcherBacklogMixin } from "../mixins/backlog.mixin";
 import { validationError, zodParams } from "../mixins/validation";
 import { dispatcherMigrations } from "../migrations/dispatcher";
 import { invalidField, NotFoundError } from "../lib/errors";
@@ -251,7 +252,7 @@ const sleep = (ms: number) => new Promise(resolve => setTimeout(resolve, ms));
 
 const DispatcherService: ServiceSchema<ServiceSettingSchema, DispatcherThis> = {
 	name: "dispatcher",
-	mixins: [DbMixin("dispatcher", dispatcherMigrations) as Partial<ServiceSchema>],
+	mixins: [DbMixin("dispatcher", dispatcherMigrations) as Partial<ServiceSchema>, DispatcherBacklogMixin],
 
 	actions: {
 		/**

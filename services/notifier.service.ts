@@ -20,6 +20,7 @@ import type { Context, ServiceSchema, ServiceSettingSchema } from "moleculer";
 import type { Counter } from "prom-client";
 import { z } from "zod";
 import { DbMixin, isPostgres, nowIso, type DbServiceThis } from "../mixins/db.mixin";
+import { NotifierBacklogMixin } from "../mixins/backlog.mixin";
 import { issuesToProblems, zodParams } from "../mixins/validation";
 import { notifierMigrations } from "../migrations/notifier";
 import { ConfigError } from "../lib/config";
@@ -173,7 +174,7 @@ function truncate(text: string, max: number): string {
 
 const NotifierService: ServiceSchema<ServiceSettingSchema, NotifierThis> = {
 	name: "notifier",
-	mixins: [DbMixin("notifier", notifierMigrations) as Partial<ServiceSchema>],
+	mixins: [DbMixin("notifier", notifierMigrations) as Partial<ServiceSchema>, NotifierBacklogMixin],
 
 	actions: {
 		/** Operators' view of the outbox, newest first. Tokens are never stored, so never shown. */
