@@ -3,6 +3,7 @@
 import type { BrokerOptions } from "moleculer";
 import type { AppConfig } from "./lib/config";
 import { ZodValidator } from "./mixins/validation";
+import { logFormatter, RequestScopeMiddleware } from "./lib/logging";
 
 export function brokerOptions(config: AppConfig, overrides: Partial<BrokerOptions> = {}): BrokerOptions {
 	return {
@@ -11,7 +12,8 @@ export function brokerOptions(config: AppConfig, overrides: Partial<BrokerOption
 		transporter: config.TRANSPORTER ? { type: "NATS", options: { url: config.TRANSPORTER } } : undefined,
 		logger: {
 			type: "Console",
-			options: { level: config.LOG_LEVEL, formatter: "short", colors: process.stdout.isTTY },
+			// JSON lines in production; every line carries the request id of the call that caused it.
+			options: { level: config.LOG_LEVEL, formatter: logFormatter(config.NODE_ENV === "production"), colors: false },
 		},
 		serializer: "JSON",
 		requestTimeout: 30_000,
@@ -25,6 +27,7 @@ export function brokerOptions(config: AppConfig, overrides: Partial<BrokerOption
 		registry: { strategy: "RoundRobin", preferLocal: true },
 		circuitBreaker: { enabled: false },
 		validator: new ZodValidator(),
+		middlewares: [RequestScopeMiddleware],
 		metrics: { enabled: false },
 		errorHandler(err) {
 			throw err;
