@@ -4,6 +4,7 @@ import type { BrokerOptions } from "moleculer";
 import type { AppConfig } from "./lib/config";
 import { ZodValidator } from "./mixins/validation";
 import { logFormatter, RequestScopeMiddleware } from "./lib/logging";
+import { replCommands } from "./lib/repl-commands";
 
 export function brokerOptions(config: AppConfig, overrides: Partial<BrokerOptions> = {}): BrokerOptions {
 	return {
@@ -28,6 +29,8 @@ export function brokerOptions(config: AppConfig, overrides: Partial<BrokerOption
 		circuitBreaker: { enabled: false },
 		validator: new ZodValidator(),
 		middlewares: [RequestScopeMiddleware],
+		// Operators' commands for `npm run repl` (lib/repl-commands.ts).
+		replCommands: replCommands(),
 		metrics: { enabled: false },
 		errorHandler(err) {
 			throw err;

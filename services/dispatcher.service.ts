@@ -20,6 +20,7 @@ import type { Knex } from "knex";
 import { z } from "zod";
 import { DbMixin, isPostgres, nowIso, type DbServiceThis } from "../mixins/db.mixin";
 import { DispatcherBacklogMixin } from "../mixins/backlog.mixin";
+import { DispatcherOperatorMixin } from "../mixins/dispatcher-operator.mixin";
 import { validationError, zodParams } from "../mixins/validation";
 import { dispatcherMigrations } from "../migrations/dispatcher";
 import { invalidField, NotFoundError } from "../lib/errors";
@@ -252,7 +253,7 @@ const sleep = (ms: number) => new Promise(resolve => setTimeout(resolve, ms));
 
 const DispatcherService: ServiceSchema<ServiceSettingSchema, DispatcherThis> = {
 	name: "dispatcher",
-	mixins: [DbMixin("dispatcher", dispatcherMigrations) as Partial<ServiceSchema>, DispatcherBacklogMixin],
+	mixins: [DbMixin("dispatcher", dispatcherMigrations) as Partial<ServiceSchema>, DispatcherBacklogMixin, DispatcherOperatorMixin],
 
 	actions: {
 		/**
