@@ -229,6 +229,43 @@ describe("REPL, embedded: the service's own prompt", () => {
 	});
 });
 
+describe("REPL beside a running `npm start`", () => {
+	let server: ChildProcess;
+	let dataDir: string;
+	let apiPort: number;
+	let opsPort: number;
+
+	beforeAll(async () => {
+		dataDir = fs.mkdtempSync(path.join(os.tmpdir(), "swh-repl-start-"));
+		apiPort = await freePort();
+		opsPort = await freePort();
+		const base = Object.fromEntries(Object.entries(process.env).filter(([name]) => !/^(npm_|TRANSPORTER|NAMESPACE|DATABASE_)/.test(name)));
+		server = spawn("npm", ["start"], { cwd: ROOT, env: { ...base, DATA_DIR: dataDir, PORT: String(apiPort), OPS_PORT: String(opsPort), HOST: "127.0.0.1", LOG_LEVEL: "warn" }, detached: true, stdio: "ignore" });
+		await waitUntil(
+			() => fetch(`http://127.0.0.1:${opsPort}/health`).then(response => response.status, () => 0),
+			status => status === 200,
+			"npm start to be healthy",
+		);
+	});
+	afterAll(async () => {
+		// npm does not pass signals on to its child: stop the whole process group.
+		if (server?.pid && server.exitCode === null) {
+			const exited = new Promise(resolve => server.once("exit", resolve));
+			process.kill(-server.pid, "SIGTERM");
+			await exited;
+		}
+		fs.rmSync(dataDir, { recursive: true, force: true });
+	});
+
+	it("fails at once with the service's ports taken, saying what to do, and starts nothing", async () => {
+		const second = startRepl({ DATA_DIR: dataDir, PORT: String(apiPort), OPS_PORT: String(opsPort), HOST: "127.0.0.1" });
+		const code = await new Promise(resolve => second.child.once("exit", resolve));
+		expect(code).toBe(75);
+		expect(second.output()).toMatch(new RegExp(`PORT ${apiPort} and OPS_PORT ${opsPort} are already in use: is \`npm start\``));
+		expect(second.output()).not.toContain("Services running");
+	});
+});
+
 const describeWithNats = natsEnabled() ? describe : describe.skip;
 
 describeWithNats("REPL joined to a cluster over NATS, running no service", () => {
