@@ -9,9 +9,11 @@ ENV NODE_ENV=production \
 	OPS_PORT=3030 \
 	DATA_DIR=/data
 
-# Dependencies first, so that a code change does not reinstall them.
+# Dependencies first, so that a code change does not reinstall them. The SDK is an npm workspace:
+# npm ci needs its package.json to link it.
 COPY package.json package-lock.json .npmrc ./
-RUN npm ci --omit=dev --loglevel=warn
+COPY sdk/package.json sdk/
+RUN npm ci --omit=dev
 
 COPY . .
 # DATA_DIR holds SQLite, generated secrets and .eml files in the embedded mode (`docker run`

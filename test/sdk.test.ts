@@ -196,6 +196,10 @@ describe("SDK against the real gateway", () => {
 		expect(missing).toBeInstanceOf(NotFoundError);
 		expect(missing).toBeInstanceOf(ApiError);
 		expect(missing).toMatchObject({ status: 404, title: "Not Found", type: "urn:problem:not-found", detail: expect.any(String), errors: [] });
+		// The gateway's request id, to quote when asking for help: generated, or the one the client sent.
+		expect(missing.requestId).toMatch(/^[0-9a-f-]{36}$/);
+		const traced = new SatelliteWebhooksClient({ baseUrl: env.stack.baseUrl, token, requestId: () => "sdk-trace-1" });
+		expect(await traced.webhooks.get(crypto.randomUUID()).catch(err => err.requestId)).toBe("sdk-trace-1");
 
 		const invalid = await client.webhooks.create({ name: "", url: "https://example.com/x", events: [] }).catch(err => err);
 		expect(invalid).toBeInstanceOf(ValidationError);
