@@ -25,8 +25,43 @@ import { startStack, type Stack } from "./helpers/stack";
 import { sleep, startDeliveryStack, waitUntil, type CreatedWebhook, type DeliveryStack, type OrderEvent } from "./helpers/delivery-stack";
 import type { ReceivedRequest } from "./helpers/https-receiver";
 import { freePort } from "./helpers/net";
+import { generateTypes, TARGET as GENERATED_TYPES } from "../sdk/scripts/generate-types";
 
 const ROOT = path.resolve(__dirname, "..");
+
+describe("the SDK package", () => {
+	it("has its types generated from the current schemas (run `npm run generate -w @satellite-webhooks/sdk` if not)", () => {
+		expect(fs.readFileSync(GENERATED_TYPES, "utf8")).toBe(generateTypes());
+	});
+
+	it("builds into a self-contained dist/: nothing imported from the service, only standardwebhooks at run time", async () => {
+		// Inside the repository, so that the build finds standardwebhooks as a customer's install would.
+		const outDir = fs.mkdtempSync(path.join(ROOT, "sdk", ".dist-check-"));
+		try {
+			const tsc = spawn(path.join(ROOT, "node_modules", ".bin", "tsc"), ["-p", "sdk/tsconfig.build.json", "--outDir", outDir], { cwd: ROOT });
+			let output = "";
+			tsc.stdout.on("data", chunk => (output += chunk));
+			tsc.stderr.on("data", chunk => (output += chunk));
+			expect({ code: await new Promise(resolve => tsc.on("exit", resolve)), output }).toEqual({ code: 0, output: "" });
+			const files = fs.readdirSync(outDir).filter(name => /\.(js|d\.ts)$/.test(name));
+			expect(files.sort()).toEqual(["api-types.d.ts", "api-types.js", "client.d.ts", "client.js", "errors.d.ts", "errors.js", "index.d.ts", "index.js", "verify.d.ts", "verify.js"]);
+			for (const file of files) {
+				const text = fs.readFileSync(path.join(outDir, file), "utf8");
+				const imported = [...text.matchAll(/(?:require\(|from )"([^"]+)"/g)].map(match => match[1]);
+				expect({ file, outside: imported.filter(name => !name.startsWith("./") && name !== "standardwebhooks") }).toEqual({ file, outside: [] });
+			}
+			const built = await import(path.join(outDir, "index.js"));
+			expect(typeof built.SatelliteWebhooksClient).toBe("function");
+			const secret = `whsec_${crypto.randomBytes(32).toString("base64")}`;
+			const body = JSON.stringify({ type: "webhook:test", timestamp: new Date().toISOString(), data: { webhook_id: "w", webhook_name: "n", message: "m" } });
+			const now = new Date();
+			const headers = { "webhook-id": "msg_1", "webhook-timestamp": String(Math.floor(now.getTime() / 1000)), "webhook-signature": new Webhook(secret).sign("msg_1", now, body) };
+			expect(built.verifyWebhook(body, headers, secret).type).toBe("webhook:test");
+		} finally {
+			fs.rmSync(outDir, { recursive: true, force: true });
+		}
+	});
+});
 
 describe("SDK against the real gateway", () => {
 	let env: DeliveryStack;

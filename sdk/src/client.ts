@@ -16,7 +16,7 @@ import type {
 	Webhook,
 	WebhookTestResult,
 	WebhookWithSecret,
-} from "./types";
+} from "./api-types";
 
 export interface ClientOptions {
 	/** Where the API runs, e.g. "https://api.example.com" (the /id/v3 prefix is added). */

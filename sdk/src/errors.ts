@@ -1,6 +1,6 @@
 // Every answer other than 2xx becomes an ApiError (or one of its subclasses, by status) that
 // carries the problem details the API sent (RFC 9457).
-import type { FieldProblem, Problem } from "./types";
+import type { FieldProblem, Problem } from "./api-types";
 
 export class ApiError extends Error {
 	readonly status: number;

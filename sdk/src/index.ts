@@ -2,4 +2,4 @@
 export { SatelliteWebhooksClient, PageIterator, type ClientOptions, type DeliveryListOptions, type Page, type PageOptions } from "./client";
 export { verifyWebhook, type HeaderSource } from "./verify";
 export * from "./errors";
-export type * from "./types";
+export type * from "./api-types";

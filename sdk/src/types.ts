@@ -1,6 +1,7 @@
-// The SDK's types, derived from the zod schemas that the service itself validates and answers
-// with (lib/schemas): the request types are the schemas' input, the answers their output. They
-// are type-only imports, so the SDK carries no zod or service code at run time.
+// The source of the SDK's types, derived from the zod schemas that the service itself validates
+// and answers with (lib/schemas): the request types are the schemas' input, the answers their
+// output. sdk/scripts/generate-types.ts expands them into src/api-types.ts, which is what the
+// SDK uses, so that the package imports nothing from outside itself.
 import type { z } from "zod";
 import type { WebhookTopic } from "../../lib/schemas/topics";
 import type { CreateWebhook, UpdateWebhook, WebhookView, WebhookWithSecret as WebhookWithSecretSchema } from "../../lib/schemas/webhooks";
@@ -14,7 +15,10 @@ import type {
 } from "../../lib/schemas/deliveries";
 import type { NotificationsUpdate, UserDetails as UserDetailsSchema } from "../../lib/schemas/users";
 import type { PageContext, PageLink } from "../../lib/schemas/common";
-import type { FieldProblem, Problem } from "../../lib/errors";
+import type { FieldProblem as FieldProblemInterface, Problem as ProblemInterface } from "../../lib/errors";
+
+/** Interfaces print by name; this makes the compiler spell every type out as a literal. */
+type DeepPlain<T> = T extends (infer Item)[] ? DeepPlain<Item>[] : T extends object ? { [K in keyof T]: DeepPlain<T[K]> } : T;
 
 export type EventTopic = z.infer<typeof WebhookTopic>;
 
@@ -24,7 +28,7 @@ export type WebhookWithSecret = z.infer<typeof WebhookWithSecretSchema>;
 export type CreateWebhookInput = z.input<typeof CreateWebhook>;
 /** Any of name, events (or event_types), active. The URL cannot change. */
 export type UpdateWebhookInput = Omit<z.input<typeof UpdateWebhook>, "id" | "url">;
-export type WebhookTestResult = Webhook & WebhookTestOutcome;
+export type WebhookTestResult = DeepPlain<Webhook & WebhookTestOutcome>;
 
 export type DeliveryStatus = z.infer<typeof DeliveryStatusSchema>;
 export type Delivery = z.infer<typeof DeliverySchema>;
@@ -36,8 +40,10 @@ export type NotificationsInput = NonNullable<z.input<typeof NotificationsUpdate>
 
 export type PageInfo = z.infer<typeof PageContext>;
 export type Link = z.infer<typeof PageLink>;
-export type { FieldProblem, Problem };
+export type FieldProblem = DeepPlain<FieldProblemInterface>;
+export type Problem = DeepPlain<ProblemInterface>;
 
 /** A verified delivery's body, discriminated by `type`. */
 export type WebhookEvent = OrderStatusMessage | WebhookTestMessage;
-export type { OrderStatusMessage as OrderStatusEvent, WebhookTestMessage as WebhookTestEvent };
+export type OrderStatusEvent = OrderStatusMessage;
+export type WebhookTestEvent = WebhookTestMessage;

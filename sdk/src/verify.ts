@@ -2,7 +2,7 @@
 // `standardwebhooks` library and returns the parsed event.
 import { Webhook, WebhookVerificationError as LibraryVerificationError } from "standardwebhooks";
 import { WebhookVerificationError } from "./errors";
-import type { WebhookEvent } from "./types";
+import type { WebhookEvent } from "./api-types";
 
 /** Header bags as node:http (`req.headers`), fetch (`Headers`) or a plain object give them. */
 export type HeaderSource = Headers | Record<string, string | string[] | undefined>;
