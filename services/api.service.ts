@@ -217,7 +217,8 @@ const ApiService: ServiceSchema<ServiceSettingSchema, ApiThis> = {
 		sendProblem(this: ApiThis, req: GatewayRequest, res: ServerResponse, err: unknown): void {
 			const problem: Problem = toProblem(err);
 			if (problem.status >= 500) {
-				this.logger.error(`${req.method} ${req.originalUrl ?? req.url} failed`, err);
+				// The path only: a query string can carry a credential (the unsubscribe links' token).
+				this.logger.error(`${req.method} ${(req.originalUrl ?? req.url ?? "").split("?")[0]} failed`, err);
 			}
 			if (res.headersSent) return;
 			res.statusCode = problem.status;
