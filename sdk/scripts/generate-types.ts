@@ -32,7 +32,7 @@ export function generateTypes(): string {
 	if (!moduleSymbol) throw new Error(`${SOURCE} exports nothing`);
 	const flags = ts.NodeBuilderFlags.NoTruncation | ts.NodeBuilderFlags.InTypeAlias | ts.NodeBuilderFlags.MultilineObjectLiterals | ts.NodeBuilderFlags.IgnoreErrors;
 	const printer = ts.createPrinter({ newLine: ts.NewLineKind.LineFeed });
-	const lines = [HEADER];
+	const entries: Array<{ name: string; doc: string; text: string }> = [];
 	for (const symbol of checker.getExportsOfModule(moduleSymbol).sort((a, b) => a.name.localeCompare(b.name))) {
 		const target = symbol.flags & ts.SymbolFlags.Alias ? checker.getAliasedSymbol(symbol) : symbol;
 		if (!(target.flags & ts.SymbolFlags.TypeAlias)) throw new Error(`${symbol.name}: export only type aliases from types.ts`);
@@ -40,9 +40,17 @@ export function generateTypes(): string {
 		if (!node) throw new Error(`${symbol.name}: the compiler could not spell this type out`);
 		const text = printer.printNode(ts.EmitHint.Unspecified, node, source).replace(/ {4}/g, "\t");
 		if (/\b(import\(|z\.|Zod|DeepPlain)/.test(text)) throw new Error(`${symbol.name} did not expand to plain types: ${text.slice(0, 200)}`);
-		const doc = ts.displayPartsToString(target.getDocumentationComment(checker));
-		if (doc) lines.push(`/** ${doc.replace(/\n/g, " ")} */`);
-		lines.push(`export type ${symbol.name} = ${text};`, "");
+		entries.push({ name: symbol.name, doc: ts.displayPartsToString(target.getDocumentationComment(checker)), text });
+	}
+	// A type spelled out whole inside another (a union's members) is named instead of repeated.
+	const lines = [HEADER];
+	for (const entry of entries) {
+		let text = entry.text;
+		for (const other of [...entries].sort((a, b) => b.text.length - a.text.length)) {
+			if (other !== entry && other.text.includes("\n") && other.text !== entry.text) text = text.split(other.text).join(other.name);
+		}
+		if (entry.doc) lines.push(`/** ${entry.doc.replace(/\n/g, " ")} */`);
+		lines.push(`export type ${entry.name} = ${text};`, "");
 	}
 	return lines.join("\n");
 }

@@ -27,20 +27,7 @@ export type Delivery = {
 
 export type DeliveryStatus = "pending" | "succeeded" | "failed" | "cancelled";
 
-export type DeliveryWithAttempts = {
-	id: string;
-	webhook_id: string;
-	event_id: string;
-	message_id: string;
-	type: string;
-	status: "pending" | "succeeded" | "failed" | "cancelled";
-	attempt_count: number;
-	next_attempt_at: string | null;
-	last_attempt_at: string | null;
-	last_status_code: number | null;
-	last_error_kind: "http_status" | "timeout" | "unreachable" | "blocked" | null;
-	created_at: string;
-	updated_at: string;
+export type DeliveryWithAttempts = Delivery & {
 	payload: unknown;
 	attempts: {
 		attempt: number;
@@ -147,26 +134,7 @@ export type Webhook = {
 };
 
 /** A verified delivery's body, discriminated by `type`. */
-export type WebhookEvent = {
-	type: "tasking:order_status";
-	timestamp: string;
-	data: {
-		[x: string]: unknown;
-		order_id: string;
-		status: "failed" | "cancelled" | "committed" | "staged" | "in progress" | "fulfilled" | "rejected" | "expired";
-		previous_status: "failed" | "cancelled" | "committed" | "staged" | "in progress" | "fulfilled" | "rejected" | "expired" | null;
-		user_id: string;
-		order_name: string | null;
-	};
-} | {
-	type: "webhook:test";
-	timestamp: string;
-	data: {
-		webhook_id: string;
-		webhook_name: string;
-		message: string;
-	};
-};
+export type WebhookEvent = OrderStatusEvent | WebhookTestEvent;
 
 export type WebhookTestEvent = {
 	type: "webhook:test";
@@ -178,14 +146,7 @@ export type WebhookTestEvent = {
 	};
 };
 
-export type WebhookTestResult = {
-	id: string;
-	name: string;
-	url: string;
-	events: string[];
-	active: boolean;
-	created_at: string;
-	updated_at: string;
+export type WebhookTestResult = Webhook & {
 	success: boolean;
 	status_code: number | null;
 	title: "HTTP Status Error" | "Timeout" | "Unreachable" | "Blocked" | null;
@@ -193,13 +154,6 @@ export type WebhookTestResult = {
 };
 
 /** What `webhooks.create` and `webhooks.rotate` answer: the only time the secret is shown. */
-export type WebhookWithSecret = {
-	id: string;
-	name: string;
-	url: string;
-	events: string[];
-	active: boolean;
-	created_at: string;
-	updated_at: string;
+export type WebhookWithSecret = Webhook & {
 	secret: string;
 };

@@ -24,15 +24,15 @@ export type EventTopic = z.infer<typeof WebhookTopic>;
 
 export type Webhook = z.infer<typeof WebhookView>;
 /** What `webhooks.create` and `webhooks.rotate` answer: the only time the secret is shown. */
-export type WebhookWithSecret = z.infer<typeof WebhookWithSecretSchema>;
+export type WebhookWithSecret = Webhook & DeepPlain<Omit<z.infer<typeof WebhookWithSecretSchema>, keyof Webhook>>;
 export type CreateWebhookInput = z.input<typeof CreateWebhook>;
 /** Any of name, events (or event_types), active. The URL cannot change. */
 export type UpdateWebhookInput = Omit<z.input<typeof UpdateWebhook>, "id" | "url">;
-export type WebhookTestResult = DeepPlain<Webhook & WebhookTestOutcome>;
+export type WebhookTestResult = Webhook & DeepPlain<WebhookTestOutcome>;
 
 export type DeliveryStatus = z.infer<typeof DeliveryStatusSchema>;
 export type Delivery = z.infer<typeof DeliverySchema>;
-export type DeliveryWithAttempts = z.infer<typeof DeliveryWithAttemptsSchema>;
+export type DeliveryWithAttempts = Delivery & DeepPlain<Omit<z.infer<typeof DeliveryWithAttemptsSchema>, keyof Delivery>>;
 
 export type UserDetails = z.infer<typeof UserDetailsSchema>;
 /** The `notifications` list of PUT /user/settings: `[{category, settings: [{topic, email}]}]`. */
