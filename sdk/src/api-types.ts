@@ -95,6 +95,7 @@ export type Problem = {
 		path: string;
 		message: string;
 	}[] | undefined;
+	errors_omitted?: number | undefined;
 };
 
 /** Any of name, events (or event_types), active. The URL cannot change. */
