@@ -75,9 +75,9 @@ export class RoleProcess {
 	}
 
 	/** /health as it answers now (status and body), or null when nothing answers. */
-	async health(): Promise<{ status: number; body: any } | null> {
+	async health(boundMs = 20_000): Promise<{ status: number; body: any } | null> {
 		try {
-			const response = await fetch(`${this.opsUrl}/health`, { signal: AbortSignal.timeout(5_000) });
+			const response = await fetch(`${this.opsUrl}/health`, { signal: AbortSignal.timeout(boundMs) });
 			return { status: response.status, body: await response.json() };
 		} catch {
 			return null;

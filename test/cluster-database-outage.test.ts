@@ -1,0 +1,147 @@
+// Fault 5 of issue 8: PostgreSQL becomes unreachable under a running cluster. Every role reaches
+// the database through a TCP relay this test controls; cutting it refuses new connections and
+// kills the live ones, which is what a database crash or a network partition looks like.
+//
+// While it is cut: the API answers 503 problem+json that names no SQL, host, port or schema;
+// writes caught mid-flight either happened entirely (201) or not at all (503); /health says 503.
+// Once the relay is back, the same processes (no restart) serve requests again, and events sent
+// to the channel during the outage are all delivered, webhooks and emails alike.
+import type { Knex } from "knex";
+import {
+	Cluster,
+	eventually,
+	printFigures,
+	withClusterLogs,
+	type ClusterWebhook,
+	type HttpAnswer,
+} from "./helpers/cluster";
+
+const CUSTOMER = "outage-co";
+const CREATE_LANES = 6;
+
+/** Everything in the cluster's tables, to show that a refused write left nothing behind. */
+async function tableContents(db: Knex, schema: string): Promise<Record<string, unknown[]>> {
+	const tables: Array<{ table_name: string }> = await db("information_schema.tables").where({ table_schema: schema }).select("table_name");
+	const contents: Record<string, unknown[]> = {};
+	for (const { table_name: table } of tables.sort((a, b) => a.table_name.localeCompare(b.table_name))) {
+		if (table.startsWith("knex_migrations")) continue;
+		contents[table] = await db.raw(`SELECT * FROM "${schema}"."${table}" ORDER BY 1`).then(result => result.rows);
+	}
+	return contents;
+}
+
+function expectOpaque503(answer: HttpAnswer, cluster: Cluster, what: string): void {
+	expect({ what, status: answer.status, contentType: answer.headers.get("content-type") }).toEqual({
+		what,
+		status: 503,
+		contentType: expect.stringContaining("application/problem+json"),
+	});
+	expect(answer.body).toMatchObject({ type: expect.any(String), title: "Service Unavailable", status: 503, detail: expect.any(String) });
+	const leaks = [
+		/select |insert |update |delete from|relation|violates|syntax/i,
+		/postgres|knex|\bpg\b|pool|ECONN|ETIMEDOUT|terminated|socket/i,
+		/127\.0\.0\.1|localhost|::1/,
+		new RegExp(String(cluster.relay!.port)),
+		new RegExp(cluster.schema, "i"),
+		/\bat .+\.(ts|js):\d+/,
+	];
+	for (const leak of leaks) expect({ what, text: answer.text, leaks: leak.test(answer.text) }).toEqual({ what, text: answer.text, leaks: false });
+}
+
+describe("cluster fault 5: PostgreSQL unreachable behind a relay", () => {
+	let cluster: Cluster | undefined;
+	let token: string;
+	let webhook: ClusterWebhook;
+
+	beforeAll(async () => {
+		cluster = await Cluster.start({ label: "pgcut", databaseRelay: true });
+		await withClusterLogs(cluster, async () => {
+			const c = cluster!;
+			await c.startRoles(["gateway", "gateway"], ["dispatcher", "dispatcher"], ["notifier", "notifier"]);
+			token = await c.token("olive", { customer: CUSTOMER, email: "olive@example.com", name: "Olive" });
+			await c.optInToEmail(token);
+			webhook = await c.createWebhook(token, CUSTOMER);
+		});
+	}, 120_000);
+	afterAll(() => cluster?.close(), 60_000);
+
+	it("answers 503 without internals, writes all or nothing, and recovers without a restart", async () => {
+		await withClusterLogs(cluster, async () => {
+			const c = cluster!;
+			const pids = [...c.roles.values()].map(role => role.pid);
+			const before = await tableContents(c.db, c.schema);
+
+			// Writes in flight when the database goes away: lanes of creates, cut once some landed.
+			const createAnswers: HttpAnswer[] = [];
+			let cut = false;
+			const lane = async (laneNumber: number) => {
+				for (let index = 0; !cut; index++) {
+					const body = { name: `lane ${laneNumber} #${index}`, url: `${c.receiver.url}/outage/${laneNumber}/${index}`, events: ["tasking:order_status"] };
+					createAnswers.push(await c.request("POST", "/id/v3/webhooks", { token, body }));
+				}
+			};
+			const lanes = Array.from({ length: CREATE_LANES }, (_, laneNumber) => lane(laneNumber));
+			await eventually(() => createAnswers.filter(answer => answer.status === 201).length, count => count >= 10, "some creates to land");
+			await c.relay!.cut();
+			cut = true;
+			await Promise.all(lanes);
+			for (const [index, answer] of createAnswers.entries()) {
+				if (answer.status !== 201) expectOpaque503(answer, c, `create ${index} caught by the cut`);
+			}
+
+			// Every kind of request while it stays down.
+			const during: Array<[string, Promise<HttpAnswer>]> = [
+				["list webhooks", c.request("GET", "/id/v3/webhooks", { token })],
+				["get webhook", c.request("GET", `/id/v3/webhooks/${webhook.id}`, { token })],
+				["create webhook", c.request("POST", "/id/v3/webhooks", { token, body: { name: "while down", url: `${c.receiver.url}/down`, events: ["tasking:order_status"] } })],
+				["rename webhook", c.request("PATCH", `/id/v3/webhooks/${webhook.id}`, { token, body: { name: "renamed while down" } })],
+				["rotate secret", c.request("POST", `/id/v3/webhooks/${webhook.id}/rotate`, { token })],
+				["delete webhook", c.request("DELETE", `/id/v3/webhooks/${webhook.id}`, { token })],
+				["delivery log", c.request("GET", `/id/v3/webhooks/${webhook.id}/deliveries`, { token })],
+				["user details", c.request("GET", "/id/v3/user/details", { token })],
+				[
+					"email off",
+					c.request("PUT", "/id/v3/user/settings", {
+						token,
+						body: { notifications: [{ category: "tasking", settings: [{ topic: "tasking:order_status", email: false }] }] },
+					}),
+				],
+			];
+			for (const [what, answer] of during) expectOpaque503(await answer, c, what);
+
+			for (const role of c.roles.values()) {
+				const health = await role.health();
+				expect({ role: role.name, status: health?.status, database: health?.body?.checks?.database?.ok }).toEqual({ role: role.name, status: 503, database: false });
+			}
+
+			await c.relay!.restore();
+			await eventually(() => c.request("GET", "/id/v3/webhooks?per_page=100", { token }), answer => answer.status === 200, "the API to answer again");
+			for (const role of c.roles.values()) await eventually(() => role.health(), health => health?.status === 200, `${role.name} to be healthy again`);
+			// The same processes recovered: nothing was restarted.
+			expect([...c.roles.values()].map(role => role.pid)).toEqual(pids);
+			expect([...c.roles.values()].every(role => role.running && role.starts === 1)).toBe(true);
+
+			// A create answered 201 exists in full (its secret signs); one answered 503 left nothing.
+			const created = createAnswers.filter(answer => answer.status === 201).map(answer => answer.body);
+			const after = await tableContents(c.db, c.schema);
+			const afterWebhooks = after.webhooks as Array<{ id: string; name: string }>;
+			expect(afterWebhooks.map(row => row.id).sort()).toEqual([webhook.id, ...created.map(body => body.id)].sort());
+			expect(after.webhooks).toEqual(expect.arrayContaining(before.webhooks));
+			for (const table of Object.keys(before).filter(name => name !== "webhooks")) expect({ table, rows: after[table] }).toEqual({ table, rows: before[table] });
+			const listed = await c.request("GET", "/id/v3/webhooks?per_page=100", { token });
+			expect(listed.body.webhooks.map((row: { name: string }) => row.name).sort()).toEqual(["hook 1", ...created.map(body => body.name)].sort());
+
+			// And writes work again, through the same gateway.
+			const again = await c.request("POST", "/id/v3/webhooks", { token, body: { name: "after outage", url: `${c.receiver.url}/after`, events: ["tasking:order_status"] } });
+			expect(again.status).toBe(201);
+
+			printFigures("fault 5 (PostgreSQL cut): API", {
+				creates: createAnswers.length,
+				created: created.length,
+				refused_503: createAnswers.length - created.length,
+				half_written: afterWebhooks.length - 1 - created.length,
+				restarts: 0,
+			});
+		});
+	}, 180_000);
+});
