@@ -2,7 +2,7 @@
 // point, the tests and the benchmarks alike.
 import http from "node:http";
 import { ServiceBroker, type BrokerOptions, type ServiceSchema } from "moleculer";
-import { attachConfig, type AppConfig, type ServiceName } from "./lib/config";
+import { attachConfig, listenError, type AppConfig, type ServiceName } from "./lib/config";
 import { enableProcessMetrics } from "./lib/metrics";
 import { startOpsServer } from "./lib/ops-server";
 import { brokerOptions } from "./moleculer.config";
@@ -33,6 +33,19 @@ export interface AppOptions {
 	ops?: boolean;
 }
 
+/**
+ * moleculer-web only logs a listen error and its start never settles, which left a process with
+ * no API running the other services. This rejects instead, so that start-up stops.
+ */
+function gatewayListenFailure(broker: ServiceBroker, port: number): Promise<never> {
+	return new Promise((_resolve, reject) => {
+		const api = broker.getLocalService("api") as unknown as { server?: http.Server } | undefined;
+		api?.server?.once("error", err => {
+			if (!api.server?.listening) reject(listenError("PORT", port, err));
+		});
+	});
+}
+
 export function createApp(config: AppConfig, options: AppOptions = {}): App {
 	const broker = new ServiceBroker(brokerOptions(config, options.broker));
 	attachConfig(broker, config);
@@ -42,11 +55,12 @@ export function createApp(config: AppConfig, options: AppOptions = {}): App {
 		broker,
 		config,
 		async start() {
-			await broker.start();
-			if (options.ops) {
-				enableProcessMetrics(broker);
-				app.opsServer = await startOpsServer(broker, config.OPS_PORT, config.HOST);
-			}
+			// Bound first: a busy OPS_PORT stops the process before it joins the cluster.
+			if (options.ops) app.opsServer = await startOpsServer(broker, config.OPS_PORT, config.HOST);
+			await Promise.race([broker.start(), gatewayListenFailure(broker, config.PORT)]);
+			if (options.ops) enableProcessMetrics(broker);
+			const port = app.apiPort();
+			if (port !== undefined) config.boundBaseUrl = `http://localhost:${port}`;
 		},
 		async stop() {
 			if (app.opsServer) await new Promise(resolve => app.opsServer!.close(resolve));

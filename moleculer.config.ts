@@ -2,6 +2,7 @@
 // transporter: all services in one process) and distributed (NATS between processes).
 import type { BrokerOptions } from "moleculer";
 import type { AppConfig } from "./lib/config";
+import { intakeMiddlewares } from "./lib/intake-channel";
 import { ZodValidator } from "./mixins/validation";
 
 export function brokerOptions(config: AppConfig, overrides: Partial<BrokerOptions> = {}): BrokerOptions {
@@ -25,6 +26,11 @@ export function brokerOptions(config: AppConfig, overrides: Partial<BrokerOption
 		registry: { strategy: "RoundRobin", preferLocal: true },
 		circuitBreaker: { enabled: false },
 		validator: new ZodValidator(),
+		// Cluster nodes reach the durable intake channel on JetStream (lib/intake-channel.ts).
+		middlewares: config.TRANSPORTER ? intakeMiddlewares(config) : [],
+		// server.ts handles SIGTERM and SIGINT itself, with a bound; moleculer's own handlers
+		// would stop the broker a second time.
+		skipProcessEventRegistration: true,
 		metrics: { enabled: false },
 		errorHandler(err) {
 			throw err;

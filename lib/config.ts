@@ -6,6 +6,7 @@ import path from "node:path";
 import crypto from "node:crypto";
 import { z } from "zod";
 import type { ServiceBroker } from "moleculer";
+import { parseAllowList } from "./address-ranges";
 import { parseDuration, parseDurationList } from "./durations";
 
 const duration = (fallback: string) =>
@@ -30,6 +31,27 @@ const csv = z
 			.map(part => part.trim())
 			.filter(Boolean),
 	);
+
+const cidrList = csv.superRefine((cidrs, ctx) => {
+	try {
+		parseAllowList(cidrs);
+	} catch (err) {
+		ctx.addIssue({ code: "custom", message: `${(err as Error).message} (use e.g. 127.0.0.1/32,::1/128)` });
+	}
+});
+
+// Read at start-up, so that a wrong path stops the process with the variable's name rather than
+// failing the first delivery or email with a stack trace.
+const pemFile = z.string().superRefine((file, ctx) => {
+	let pem: string;
+	try {
+		pem = fs.readFileSync(file, "utf8");
+	} catch (err) {
+		ctx.addIssue({ code: "custom", message: `cannot read ${file} (${(err as NodeJS.ErrnoException).code ?? (err as Error).message})` });
+		return;
+	}
+	if (!pem.includes("-----BEGIN CERTIFICATE-----")) ctx.addIssue({ code: "custom", message: `${file} holds no PEM certificate` });
+});
 
 const base64Key32 = z
 	.string()
@@ -97,15 +119,15 @@ export const EnvSchema = z.object({
 	MAIL_FROM: z.string().default("Satellite Tasking <no-reply@localhost>"),
 	MAIL_RETRY_SCHEDULE: z.string().default("30s,2m,10m,30m,2h"),
 	UNSUBSCRIBE_TOKEN_TTL: duration("30d"),
-	SMTP_CA_FILE: z.string().optional(),
+	SMTP_CA_FILE: pemFile.optional(),
 	MAIL_PREFERENCES_URL: z.string().url().optional(),
 	MAIL_CONCURRENCY: positiveInt(4),
 	MAIL_POLL_INTERVAL: duration("1s"),
 	MAIL_LEASE: duration("60s"),
 	MAIL_SEND_TIMEOUT: duration("30s"),
 
-	WEBHOOK_ALLOW_NETS: csv,
-	WEBHOOK_CA_FILE: z.string().optional(),
+	WEBHOOK_ALLOW_NETS: cidrList,
+	WEBHOOK_CA_FILE: pemFile.optional(),
 	DELIVERY_RETRY_SCHEDULE: z.string().default("1m,5m,30m,2h,6h"),
 	DELIVERY_TIMEOUT: duration("15s"),
 	WEBHOOK_TEST_TIMEOUT: duration("5s"),
@@ -125,6 +147,8 @@ export interface AppConfig extends Omit<z.output<typeof EnvSchema>, "DELIVERY_RE
 	/** Present after resolveSecrets(): always set for a running service. */
 	AUTH_JWT_SECRET?: string;
 	SECRETS_KEY?: string;
+	/** The gateway's own address once it listens (http://localhost:<bound port>), set by app.ts. */
+	boundBaseUrl?: string;
 }
 
 export class ConfigError extends Error {
@@ -168,16 +192,27 @@ interface GeneratedSecrets {
 	SECRETS_KEY: string;
 }
 
+/** Only the gateway checks bearer tokens; only webhooks and the notifier encrypt or sign. */
+function secretsNeeded(config: AppConfig): { jwtSecret: boolean; secretsKey: boolean } {
+	const runs = (name: ServiceName) => config.SERVICES.includes(name);
+	return {
+		jwtSecret: runs("api") && !config.AUTH_JWKS_URL,
+		secretsKey: runs("webhooks") || runs("notifier"),
+	};
+}
+
 /**
- * Fills AUTH_JWT_SECRET and SECRETS_KEY. In production both must be configured (unless JWKS
- * is used for auth); elsewhere a missing one is generated once into DATA_DIR/secrets.json.
- * Returns the names of the secrets that were generated, so the caller can warn about them.
+ * Fills AUTH_JWT_SECRET and SECRETS_KEY where this node's services need them. In production a
+ * needed one must be configured; elsewhere a missing one is generated once into
+ * DATA_DIR/secrets.json. Returns the names of the secrets that were generated, so the caller can
+ * warn about them.
  */
 export function resolveSecrets(config: AppConfig): string[] {
-	const needsJwtSecret = !config.AUTH_JWKS_URL;
+	const needs = secretsNeeded(config);
+	const needsJwtSecret = needs.jwtSecret;
 	const missing = [
 		...(needsJwtSecret && !config.AUTH_JWT_SECRET ? ["AUTH_JWT_SECRET (or AUTH_JWKS_URL)"] : []),
-		...(!config.SECRETS_KEY ? ["SECRETS_KEY"] : []),
+		...(needs.secretsKey && !config.SECRETS_KEY ? ["SECRETS_KEY"] : []),
 	];
 	if (missing.length === 0) return [];
 	if (config.production) {
@@ -187,11 +222,11 @@ export function resolveSecrets(config: AppConfig): string[] {
 	let stored: Partial<GeneratedSecrets> = {};
 	if (fs.existsSync(file)) stored = JSON.parse(fs.readFileSync(file, "utf8")) as Partial<GeneratedSecrets>;
 	const generated: string[] = [];
-	if (!stored.AUTH_JWT_SECRET) {
+	if (!stored.AUTH_JWT_SECRET && needsJwtSecret) {
 		stored.AUTH_JWT_SECRET = crypto.randomBytes(32).toString("base64url");
 		generated.push("AUTH_JWT_SECRET");
 	}
-	if (!stored.SECRETS_KEY) {
+	if (!stored.SECRETS_KEY && needs.secretsKey) {
 		stored.SECRETS_KEY = crypto.randomBytes(32).toString("base64");
 		generated.push("SECRETS_KEY");
 	}
@@ -200,8 +235,14 @@ export function resolveSecrets(config: AppConfig): string[] {
 		fs.writeFileSync(file, JSON.stringify(stored, null, 2), { mode: 0o600 });
 	}
 	if (!config.AUTH_JWT_SECRET && needsJwtSecret) config.AUTH_JWT_SECRET = stored.AUTH_JWT_SECRET;
-	if (!config.SECRETS_KEY) config.SECRETS_KEY = stored.SECRETS_KEY;
+	if (!config.SECRETS_KEY && needs.secretsKey) config.SECRETS_KEY = stored.SECRETS_KEY;
 	return generated.map(name => `${name} (generated into ${file})`);
+}
+
+/** A busy or forbidden port, named by its variable, as a configuration error (exit 78). */
+export function listenError(variable: string, port: number, err: NodeJS.ErrnoException): ConfigError {
+	const why = err.code === "EADDRINUSE" ? "is already in use by another process" : err.code === "EACCES" ? "may not be bound by this user" : `cannot be bound (${err.code ?? err.message})`;
+	return new ConfigError(`Invalid configuration: ${variable}: port ${port} ${why}; stop what holds it or choose another ${variable}`);
 }
 
 /** parseConfig + resolveSecrets: what a process needs before it starts a broker. */

@@ -4,6 +4,7 @@ import http from "node:http";
 import type { AddressInfo } from "node:net";
 import type { ServiceBroker } from "moleculer";
 import { metricsOf } from "./metrics";
+import { listenError } from "./config";
 
 export interface HealthReport {
 	status: "ok" | "unavailable";
@@ -51,6 +52,11 @@ export async function checkHealth(broker: ServiceBroker): Promise<HealthReport> 
 		checks.transporter = { ok: Boolean(broker.transit.connected && !broker.transit.disconnecting) && (await transporterAnswers(broker)) };
 		if (!checks.transporter.ok) checks.transporter.detail = "not connected to the transporter";
 	}
+	const channelConnection = (broker as unknown as { channelAdapter?: { connection?: Partial<NatsClient> | null } }).channelAdapter?.connection;
+	if (channelConnection && typeof channelConnection.isClosed === "function") {
+		checks.intake = { ok: !channelConnection.isClosed() };
+		if (!checks.intake.ok) checks.intake.detail = "the JetStream intake connection is closed";
+	}
 	const local = broker.services as unknown as ServiceWithDb[];
 	const withDb = local.find(service => service.db);
 	if (withDb?.db) {
@@ -91,7 +97,10 @@ export async function startOpsServer(broker: ServiceBroker, port: number, host: 
 			res.end();
 		});
 	});
-	await new Promise<void>(resolve => server.listen(port, host, resolve));
+	await new Promise<void>((resolve, reject) => {
+		server.once("error", err => reject(listenError("OPS_PORT", port, err)));
+		server.listen(port, host, resolve);
+	});
 	broker.logger.info(`Ops endpoints (/health, /metrics) on port ${(server.address() as AddressInfo).port}`);
 	return server;
 }

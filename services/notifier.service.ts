@@ -1,8 +1,9 @@
 // notifier: owns the email outbox (tables `email_outbox`, `email_rejected_events`), the
 // order-status email and its SMTP sender, and the RFC 8058 one-click unsubscribe.
 //
-// It consumes `tasking.order_status` on its own, apart from the dispatcher: a slow or absent
-// dispatcher never holds up an email, nor the other way round.
+// It consumes `tasking.order_status` on its own (its own consumer group on the durable channel in
+// cluster mode; see mixins/order-status-intake.mixin.ts), apart from the dispatcher: a slow or
+// absent dispatcher never holds up an email, nor the other way round.
 //
 // How an email travels:
 //   1. intake: a valid event with a terminal status (fulfilled, failed, expired) becomes an
@@ -19,14 +20,14 @@ import path from "node:path";
 import type { Context, ServiceSchema, ServiceSettingSchema } from "moleculer";
 import type { Counter } from "prom-client";
 import { z } from "zod";
+import { OrderStatusIntakeMixin } from "../mixins/order-status-intake.mixin";
 import { DbMixin, isPostgres, nowIso, type DbServiceThis } from "../mixins/db.mixin";
 import { issuesToProblems, zodParams } from "../mixins/validation";
 import { notifierMigrations } from "../migrations/notifier";
 import { ConfigError } from "../lib/config";
 import { invalidField, type FieldProblem } from "../lib/errors";
-import { retryOnDependencyFailure } from "../lib/dependency-retry";
 import { counter } from "../lib/metrics";
-import { EMAIL_STATUSES, TASKING_ORDER_STATUS_EVENT, TASKING_ORDER_STATUS_TOPIC, TaskingOrderStatusEvent } from "../lib/schemas/events";
+import { EMAIL_STATUSES, TASKING_ORDER_STATUS_TOPIC, TaskingOrderStatusEvent } from "../lib/schemas/events";
 import { TASKING_ORDER_STATUS } from "../lib/schemas/topics";
 import { buildOrderStatusEmail, messageIdFor, senderDomain, type ComposedEmail, type OrderSnapshot } from "../lib/email-message";
 import { classifySendError, createMailTransport, type MailTransport } from "../lib/mail-transport";
@@ -38,9 +39,6 @@ export const OUTBOX_STATUSES = ["pending", "sent", "failed", "skipped"] as const
 export type OutboxStatus = (typeof OUTBOX_STATUSES)[number];
 
 const USERS_CALL_TIMEOUT_MS = 10_000;
-// An emitted event has nobody to redeliver it: a database blink is worth a few quick retries.
-const INTAKE_RETRIES = 3;
-const INTAKE_RETRY_MS = 200;
 const MAX_REJECTED_PAYLOAD_CHARS = 16 * 1024;
 const MAX_ERROR_CHARS = 1000;
 
@@ -123,7 +121,7 @@ type NotifierThis = DbServiceThis & {
 	transport: MailTransport;
 	metrics: NotifierMetrics;
 	unsubscribeKey: Uint8Array;
-	publicBaseUrl: string;
+	publicBaseUrl(): string;
 	workerId: string;
 	inFlight: Map<string, Promise<void>>;
 	pollTimer: NodeJS.Timeout | null;
@@ -132,7 +130,7 @@ type NotifierThis = DbServiceThis & {
 	pollRequested: boolean;
 	stopping: boolean;
 
-	acceptEvent(payload: unknown): Promise<void>;
+	ingestOrderStatus(payload: unknown): Promise<void>;
 	recordEmail(event: TaskingOrderStatusEvent): Promise<void>;
 	recordRejected(payload: unknown, errors: FieldProblem[]): Promise<void>;
 	wakeWorker(delayMs?: number): void;
@@ -173,7 +171,7 @@ function truncate(text: string, max: number): string {
 
 const NotifierService: ServiceSchema<ServiceSettingSchema, NotifierThis> = {
 	name: "notifier",
-	mixins: [DbMixin("notifier", notifierMigrations) as Partial<ServiceSchema>],
+	mixins: [DbMixin("notifier", notifierMigrations) as Partial<ServiceSchema>, OrderStatusIntakeMixin("notifier")],
 
 	actions: {
 		/** Operators' view of the outbox, newest first. Tokens are never stored, so never shown. */
@@ -230,36 +228,21 @@ const NotifierService: ServiceSchema<ServiceSettingSchema, NotifierThis> = {
 		},
 	},
 
-	events: {
-		// Our own consumer group: every notifier instance shares one copy, apart from the dispatcher's.
-		[TASKING_ORDER_STATUS_EVENT]: {
-			group: "notifier",
-			async handler(this: NotifierThis, ctx: Context<unknown>) {
-				await this.acceptEvent(ctx.params);
-			},
-		},
-	},
-
 	methods: {
-		async acceptEvent(this: NotifierThis, payload: unknown): Promise<void> {
+		/**
+		 * Intake (see mixins/order-status-intake.mixin.ts): an invalid event is recorded as
+		 * rejected, an email-worthy one becomes an outbox row. Throws only on a dependency failure.
+		 */
+		async ingestOrderStatus(this: NotifierThis, payload: unknown): Promise<void> {
 			const parsed = TaskingOrderStatusEvent.safeParse(payload);
 			if (!parsed.success) {
-				await this.recordRejected(payload, issuesToProblems(parsed.error)).catch(err => this.logger.error("Could not record a rejected event", err));
+				await this.recordRejected(payload, issuesToProblems(parsed.error));
 				return;
 			}
 			const event = parsed.data;
 			if (!EMAIL_STATUSES.has(event.status)) return;
-			try {
-				await retryOnDependencyFailure(() => this.recordEmail(event), {
-					attempts: INTAKE_RETRIES,
-					delayMs: INTAKE_RETRY_MS,
-					stopping: () => this.stopping,
-				});
-				this.wakeWorker();
-			} catch (err) {
-				// Fire-and-forget: nobody could act on an exception, so log it loudly.
-				this.logger.error(`Could not record the order-status email of event ${event.event_id ?? "(no id)"} in the outbox; it is lost`, err);
-			}
+			await this.recordEmail(event);
+			this.wakeWorker();
 		},
 
 		/** Adds the email to the outbox, once per (event, user): a repeat inserts nothing. */
@@ -310,6 +293,15 @@ const NotifierService: ServiceSchema<ServiceSettingSchema, NotifierThis> = {
 				errors: JSON.stringify(errors),
 				payload: truncate(text, MAX_REJECTED_PAYLOAD_CHARS),
 			});
+		},
+
+		/**
+		 * Where links in emails point. Asked at send time: with PORT=0 the gateway's real port is
+		 * known only once it listens (app.ts records it).
+		 */
+		publicBaseUrl(this: NotifierThis): string {
+			const config = this.config;
+			return (config.PUBLIC_BASE_URL ?? config.boundBaseUrl ?? `http://localhost:${config.PORT}`).replace(/\/+$/, "");
 		},
 
 		wakeWorker(this: NotifierThis, delayMs = 0): void {
@@ -436,8 +428,8 @@ const NotifierService: ServiceSchema<ServiceSettingSchema, NotifierThis> = {
 				from: this.config.MAIL_FROM,
 				topicName: this.topicName(TASKING_ORDER_STATUS_TOPIC),
 				links: {
-					unsubscribe: `${this.publicBaseUrl}/email/unsubscribe?token=${encodeURIComponent(token)}`,
-					settingsApi: `${this.publicBaseUrl}/id/v3/user/settings`,
+					unsubscribe: `${this.publicBaseUrl()}/email/unsubscribe?token=${encodeURIComponent(token)}`,
+					settingsApi: `${this.publicBaseUrl()}/id/v3/user/settings`,
 					preferencesPage: this.config.MAIL_PREFERENCES_URL,
 				},
 			});
@@ -516,7 +508,6 @@ const NotifierService: ServiceSchema<ServiceSettingSchema, NotifierThis> = {
 		if (config.production && !config.PUBLIC_BASE_URL) {
 			throw new ConfigError("Invalid configuration: NODE_ENV=production requires PUBLIC_BASE_URL, the address the unsubscribe links in emails point to");
 		}
-		this.publicBaseUrl = (config.PUBLIC_BASE_URL ?? `http://localhost:${config.PORT}`).replace(/\/+$/, "");
 		this.unsubscribeKey = deriveUnsubscribeKey(config.SECRETS_KEY);
 		this.transport = createMailTransport({
 			smtpUrl: config.SMTP_URL,

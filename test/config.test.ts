@@ -68,8 +68,25 @@ describe("configuration", () => {
 		["DELIVERY_TIMEOUT", "soon"],
 		["RATE_LIMIT_PER_MINUTE", "0"],
 		["LOG_LEVEL", "loud"],
+		["WEBHOOK_ALLOW_NETS", "127.0.0.1/33"],
+		["WEBHOOK_ALLOW_NETS", "10.0.0.0/8,localhost"],
+		["WEBHOOK_CA_FILE", "/nonexistent.pem"],
+		["SMTP_CA_FILE", "/nonexistent.pem"],
+		["WEBHOOK_CA_FILE", __filename],
+		["WEBHOOK_TEST_TIMEOUT", "5"],
+		["DELIVERY_LEASE", "60 seconds"],
 	])("refuses %s=%s, naming the variable", (name, value) => {
 		expect(configError({ [name]: value, DATA_DIR: newDataDir() })).toMatch(new RegExp(`^\\s*${name}: `, "m"));
+	});
+
+	it("says why a value is wrong, in plain words", () => {
+		const dataDir = newDataDir();
+		expect(configError({ WEBHOOK_ALLOW_NETS: "127.0.0.1/33", DATA_DIR: dataDir })).toMatch(/WEBHOOK_ALLOW_NETS: "127.0.0.1\/33" is not a CIDR range/);
+		expect(configError({ WEBHOOK_CA_FILE: "/nonexistent.pem", DATA_DIR: dataDir })).toMatch(/WEBHOOK_CA_FILE: cannot read \/nonexistent.pem \(ENOENT\)/);
+		expect(configError({ WEBHOOK_CA_FILE: __filename, DATA_DIR: dataDir })).toMatch(/WEBHOOK_CA_FILE: .* holds no PEM certificate/);
+		// A bare number once meant milliseconds; now the unit is required.
+		expect(configError({ WEBHOOK_TEST_TIMEOUT: "5", DATA_DIR: dataDir })).toMatch(/WEBHOOK_TEST_TIMEOUT: "5" has no unit \(use e.g. 500ms, 15s/);
+		expect(parseConfig({ WEBHOOK_TEST_TIMEOUT: "5s", DELIVERY_TIMEOUT: "1.5s", MAIL_LEASE: "500ms" })).toMatchObject({ WEBHOOK_TEST_TIMEOUT: 5_000, DELIVERY_TIMEOUT: 1_500, MAIL_LEASE: 500 });
 	});
 
 	it.each([
@@ -128,6 +145,20 @@ describe("configuration", () => {
 			expect(second.warnings).toEqual([]);
 			expect({ jwt: second.config.AUTH_JWT_SECRET, key: second.config.SECRETS_KEY }).toEqual({ jwt: first.config.AUTH_JWT_SECRET, key: first.config.SECRETS_KEY });
 			expect(fs.readFileSync(file, "utf8")).toBe(written);
+		});
+
+		it("asks each role only for the secrets it uses", () => {
+			const dataDir = newDataDir();
+			const production = { NODE_ENV: "production", DATA_DIR: dataDir };
+			// The dispatcher checks no token and encrypts nothing; webhooks hand it decrypted secrets.
+			expect(loadConfig({ ...production, SERVICES: "dispatcher" }).config).toMatchObject({ SERVICES: ["dispatcher"] });
+			// The notifier signs unsubscribe links (SECRETS_KEY) but checks no bearer token.
+			expect(configError({ ...production, SERVICES: "notifier" })).toMatch(/requires SECRETS_KEY$/);
+			expect(loadConfig({ ...production, SERVICES: "notifier", SECRETS_KEY: KEY }).config.AUTH_JWT_SECRET).toBeUndefined();
+			// The gateway alone checks tokens, and needs no SMTP settings.
+			expect(configError({ ...production, SERVICES: "api" })).toMatch(/requires AUTH_JWT_SECRET \(or AUTH_JWKS_URL\)$/);
+			expect(loadConfig({ ...production, SERVICES: "api", AUTH_JWT_SECRET: JWT_SECRET }).config.SECRETS_KEY).toBeUndefined();
+			expect(fs.readdirSync(dataDir)).toEqual([]);
 		});
 
 		it("prefers configured secrets over generated ones", () => {

@@ -1,0 +1,174 @@
+// Durable intake in cluster mode: `tasking.order_status` is a JetStream stream reached through
+// @moleculer/channels, with one durable consumer group per consuming service (dispatcher,
+// notifier). A producer's `broker.sendToChannel` resolves once JetStream has stored the event;
+// each group then receives it until one of its members acknowledges it.
+//
+// Why provisioning lives here and runs on every node: the adapter creates the stream and a
+// consumer only when a service subscribes, and its consumers start at "new" messages. An event
+// sent while no dispatcher had ever run would find no stream (a NATS 503) or be skipped by the
+// consumer created later. So every node of ours creates the stream and both durable consumers at
+// start-up, idempotently, starting at the first message.
+import crypto from "node:crypto";
+import { Middleware as ChannelsMiddleware } from "@moleculer/channels";
+import type { Middleware, ServiceBroker } from "moleculer";
+import { connect, nanos, type ConsumerConfig, type JetStreamManager, type NatsConnection, type StreamConfig } from "nats";
+import type { AppConfig } from "./config";
+
+export const ORDER_STATUS_CHANNEL = "tasking.order_status";
+export const INTAKE_GROUPS = ["dispatcher", "notifier"] as const;
+export type IntakeGroup = (typeof INTAKE_GROUPS)[number];
+
+// A handler that has not acknowledged within this long is presumed dead: JetStream redelivers.
+const ACK_WAIT_MS = 60_000;
+/** Unacknowledged events per group, across all its instances: what a slow database can queue. */
+export const INTAKE_MAX_IN_FLIGHT = 1_000;
+/**
+ * An event that still cannot be persisted after this many deliveries moves to the dead-letter
+ * stream. With the back-off below that is about 100 minutes of a database outage.
+ */
+export const INTAKE_MAX_DELIVERIES = 200;
+const REDELIVERY_BASE_MS = 1_000;
+const REDELIVERY_MAX_MS = 30_000;
+
+/** How long JetStream waits before the n-th redelivery of an event we could not persist. */
+export function redeliveryDelayMs(deliveriesSoFar: number): number {
+	return Math.min(REDELIVERY_MAX_MS, REDELIVERY_BASE_MS * 2 ** Math.max(0, deliveriesSoFar - 1));
+}
+// Stored events are kept this long whether or not they were consumed, so that a consumer group
+// that was down for days can still catch up, and the disk use stays bounded.
+const STREAM_MAX_AGE_MS = 7 * 24 * 3_600_000;
+const DEAD_LETTER_SUFFIX = "dead-letter";
+
+/** Channel, stream and subject names, as @moleculer/channels derives them from the namespace. */
+export interface IntakeNames {
+	subject: string;
+	stream: string;
+	deadLetterSubject: string;
+	deadLetterStream: string;
+}
+
+export function intakeNames(namespace: string): IntakeNames {
+	const prefixed = (name: string) => (namespace ? `${namespace}.${name}` : name);
+	const streamOf = (subject: string) => subject.split(".").join("_");
+	const subject = prefixed(ORDER_STATUS_CHANNEL);
+	const deadLetterSubject = prefixed(`${ORDER_STATUS_CHANNEL}.${DEAD_LETTER_SUFFIX}`);
+	return { subject, stream: streamOf(subject), deadLetterSubject, deadLetterStream: streamOf(deadLetterSubject) };
+}
+
+/** Given to the adapter and to our own provisioning, so both create exactly the same stream. */
+const STREAM_SETTINGS: Partial<StreamConfig> = { max_age: nanos(STREAM_MAX_AGE_MS) };
+
+function consumerConfig(names: IntakeNames, group: IntakeGroup): Partial<ConsumerConfig> {
+	return {
+		durable_name: group,
+		// The adapter subscribes every instance as a queue named after the stream.
+		deliver_group: names.stream,
+		deliver_subject: `_INTAKE.${names.stream}.${group}`,
+		filter_subject: names.subject,
+		deliver_policy: "all" as ConsumerConfig["deliver_policy"],
+		ack_policy: "explicit" as ConsumerConfig["ack_policy"],
+		ack_wait: nanos(ACK_WAIT_MS),
+		max_ack_pending: INTAKE_MAX_IN_FLIGHT,
+	};
+}
+
+/**
+ * The `channels` entry a consuming service puts in its schema. The durable consumer itself was
+ * provisioned before the service subscribes, so the adapter attaches to it as it is.
+ */
+export function intakeChannelSettings(group: IntakeGroup) {
+	return {
+		group,
+		maxInFlight: INTAKE_MAX_IN_FLIGHT,
+		// At this many deliveries the adapter moves the event to the dead-letter stream.
+		maxRetries: INTAKE_MAX_DELIVERIES,
+		deadLettering: { enabled: true, queueName: `${ORDER_STATUS_CHANNEL}.${DEAD_LETTER_SUFFIX}` },
+		// The same stream settings as provisionIntake, so the adapter's own "add" is a no-op.
+		nats: { streamConfig: STREAM_SETTINGS },
+	};
+}
+
+async function ensureStream(manager: JetStreamManager, name: string, subject: string): Promise<void> {
+	try {
+		await manager.streams.info(name);
+	} catch (err) {
+		if ((err as { code?: string }).code !== "404") throw err;
+		await manager.streams.add({ ...STREAM_SETTINGS, name, subjects: [subject] }).catch(addErr => {
+			// Another node created it between our look and our add.
+			if (!/already in use/.test((addErr as Error).message)) throw addErr;
+		});
+	}
+}
+
+async function ensureConsumer(manager: JetStreamManager, stream: string, config: Partial<ConsumerConfig>): Promise<void> {
+	try {
+		await manager.consumers.info(stream, config.durable_name!);
+	} catch (err) {
+		if ((err as { code?: string }).code !== "404") throw err;
+		await manager.consumers.add(stream, config).catch(addErr => {
+			if (!/already (in use|exists)/.test((addErr as Error).message)) throw addErr;
+		});
+	}
+}
+
+/** Creates the intake stream, its dead-letter stream and every group's durable consumer. */
+export async function provisionIntake(natsUrl: string, config: AppConfig): Promise<void> {
+	const names = intakeNames(config.NAMESPACE);
+	let connection: NatsConnection | undefined;
+	try {
+		connection = await connect({ servers: natsUrl.split(",").map(server => new URL(server).host), name: "intake-provisioning" });
+		const manager = await connection.jetstreamManager();
+		await ensureStream(manager, names.stream, names.subject);
+		await ensureStream(manager, names.deadLetterStream, names.deadLetterSubject);
+		for (const group of INTAKE_GROUPS) await ensureConsumer(manager, names.stream, consumerConfig(names, group));
+	} finally {
+		await connection?.close();
+	}
+}
+
+/**
+ * The middlewares that give a cluster node the channel: @moleculer/channels on JetStream, and
+ * the provisioning above, run before any service subscribes.
+ */
+export function intakeMiddlewares(config: AppConfig): Middleware[] {
+	const natsUrl = config.TRANSPORTER!;
+	const provisioning = {
+		name: "IntakeProvisioning",
+		async starting(broker: ServiceBroker) {
+			await provisionIntake(natsUrl, config);
+			broker.logger.info(`Durable intake ready: JetStream stream ${intakeNames(config.NAMESPACE).stream}, groups ${INTAKE_GROUPS.join(", ")}`);
+		},
+	};
+	// The adapter's typings demand every option; its defaults fill what is not given here.
+	const channels = ChannelsMiddleware({
+		adapter: {
+			type: "NATS",
+			options: {
+				nats: {
+					url: natsUrl,
+					// Never give up reconnecting: a closed client would silently stop the intake.
+					connectionOptions: { maxReconnectAttempts: -1, reconnectTimeWait: 1_000 },
+				},
+			},
+		},
+	} as unknown as Parameters<typeof ChannelsMiddleware>[0]) as unknown as Middleware;
+	return [provisioning as unknown as Middleware, channels];
+}
+
+interface JetStreamMessageInfo {
+	stream: string;
+	streamSequence: number;
+	timestampNanos: number;
+	redeliveryCount: number;
+}
+
+/**
+ * An event without event_id still needs one id that both groups agree on, so that a redelivery
+ * is recognised as a repeat: derived from the stored message's place in its stream.
+ */
+export function stableEventId(info: Pick<JetStreamMessageInfo, "stream" | "streamSequence" | "timestampNanos">): string {
+	const hex = crypto.createHash("sha256").update(`${info.stream}:${info.streamSequence}:${info.timestampNanos}`).digest("hex");
+	// Shaped as an RFC 9562 version 8 (custom) UUID.
+	const variant = ((parseInt(hex[16], 16) & 0x3) | 0x8).toString(16);
+	return `${hex.slice(0, 8)}-${hex.slice(8, 12)}-8${hex.slice(13, 16)}-${variant}${hex.slice(17, 20)}-${hex.slice(20, 32)}`;
+}
