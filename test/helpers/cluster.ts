@@ -95,6 +95,8 @@ export interface DeliveryFigures {
 	/** Requests answered with something other than 200 (scripted failures, timeouts). */
 	failed_answers: number;
 	bad_signatures: number;
+	/** Requests for an order these webhooks should not get (another customer's, or unknown). */
+	unexpected: number;
 	/** Keys delivered under more than one webhook-id: two delivery rows for one event and webhook. */
 	split_deliveries: number;
 	/** The first few repeated keys, for the log. */
@@ -235,6 +237,18 @@ export class Cluster {
 		fs.mkdirSync(dataDir, { recursive: true });
 		const port = await freePort();
 		const opsPort = await freePort();
+		// Each role gets only what it needs, as an operator would configure it: a dispatcher or a
+		// notifier that still demanded the gateway's AUTH_JWT_SECRET would fail to start here.
+		const roleSpecific: Record<Role, Record<string, string>> = {
+			gateway: { AUTH_JWT_SECRET: this.jwtSecret, SECRETS_KEY: this.secretsKey, WEBHOOK_ALLOW_NETS: "127.0.0.1/32" },
+			dispatcher: { WEBHOOK_ALLOW_NETS: "127.0.0.1/32", WEBHOOK_CA_FILE: this.caFile },
+			notifier: {
+				SECRETS_KEY: this.secretsKey,
+				SMTP_URL: this.smtp.url,
+				// Email links point at the gateway.
+				PUBLIC_BASE_URL: `http://127.0.0.1:${this.roles.get("gateway")?.env.PORT ?? port}`,
+			},
+		};
 		const roleEnv: Record<string, string> = {
 			PATH: process.env.PATH ?? "",
 			NODE_ENV: "production",
@@ -249,12 +263,7 @@ export class Cluster {
 			SERVICES: ROLE_SERVICES[role],
 			DATABASE_URL: this.roleDatabaseUrl,
 			DATABASE_SCHEMA: this.schema,
-			AUTH_JWT_SECRET: this.jwtSecret,
-			SECRETS_KEY: this.secretsKey,
-			WEBHOOK_ALLOW_NETS: "127.0.0.1/32",
-			WEBHOOK_CA_FILE: this.caFile,
-			SMTP_URL: this.smtp.url,
-			PUBLIC_BASE_URL: `http://127.0.0.1:${port}`,
+			...roleSpecific[role],
 			...FAST_CLUSTER_ENV,
 			...this.options.env,
 			...env,
@@ -425,6 +434,8 @@ export class Cluster {
 			else failedAnswers += 1;
 		}
 		const expectedKeys = webhooks.flatMap(webhook => events.filter(event => event.customer_id === webhook.customer).map(event => `${webhook.path}|${event.order_id}`));
+		const expectedSet = new Set(expectedKeys);
+		const unexpected = [...webhookIds.keys()].filter(key => !expectedSet.has(key)).length;
 		const missing = expectedKeys.filter(key => !answered.has(key));
 		const repeatedKeys = [...answered].filter(([, count]) => count > 1);
 		return {
@@ -436,6 +447,7 @@ export class Cluster {
 			requests,
 			failed_answers: failedAnswers,
 			bad_signatures: badSignatures,
+			unexpected,
 			split_deliveries: [...webhookIds.values()].filter(ids => ids.size > 1).length,
 			repeated: repeatedKeys.slice(0, 10).map(([key, count]) => `${key} x${count}`),
 			missing: missing.slice(0, 10),

@@ -84,6 +84,15 @@ export class RoleProcess {
 		}
 	}
 
+	/** The sum of a Prometheus metric's samples on OPS_PORT /metrics (every label set), 0 if absent. */
+	async metric(name: string): Promise<number> {
+		const text = await fetch(`${this.opsUrl}/metrics`, { signal: AbortSignal.timeout(10_000) }).then(response => response.text());
+		return text
+			.split("\n")
+			.filter(line => line.startsWith(`${name}{`) || line.startsWith(`${name} `))
+			.reduce((sum, line) => sum + Number(line.slice(line.lastIndexOf(" ") + 1)), 0);
+	}
+
 	/** Sends a signal and waits for the process to end. */
 	async kill(signal: NodeJS.Signals = "SIGKILL"): Promise<RoleExit> {
 		if (this.running) this.child!.kill(signal);
