@@ -23,4 +23,5 @@ USER node
 EXPOSE 3000 3030
 HEALTHCHECK --interval=10s --timeout=3s --start-period=30s --retries=3 \
 	CMD ["node", "-e", "fetch('http://127.0.0.1:' + (process.env.OPS_PORT || 3030) + '/health').then(r => process.exit(r.ok ? 0 : 1), () => process.exit(1))"]
-CMD ["npm", "start"]
+# The server itself is PID 1, so `docker stop`'s SIGTERM reaches it: npm would not pass it on.
+CMD ["node", "--import", "tsx", "server.ts"]

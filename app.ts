@@ -39,9 +39,13 @@ export interface AppOptions {
  */
 function gatewayListenFailure(broker: ServiceBroker, port: number): Promise<never> {
 	return new Promise((_resolve, reject) => {
-		const api = broker.getLocalService("api") as unknown as { server?: http.Server } | undefined;
-		api?.server?.once("error", err => {
-			if (!api.server?.listening) reject(listenError("PORT", port, err));
+		const server = (broker.getLocalService("api") as unknown as { server?: http.Server } | undefined)?.server;
+		if (!server) return;
+		// moleculer-web's own listener logs a stack trace and nothing else.
+		server.removeAllListeners("error");
+		server.on("error", err => {
+			if (!server.listening) reject(listenError("PORT", port, err));
+			else broker.logger.error(`Gateway server error: ${err.message}`);
 		});
 	});
 }

@@ -145,10 +145,10 @@ describe("Dockerfile", () => {
 		.map(line => line.trim())
 		.filter(line => line && !line.startsWith("#"));
 
-	it("builds on Node 20, installs with npm ci and runs npm start", () => {
+	it("builds on Node 20, installs with npm ci and runs the server process itself (not npm, which keeps SIGTERM from it)", () => {
 		expect(instructions[0]).toMatch(/^FROM node:20\b/);
 		expect(instructions).toContainEqual(expect.stringMatching(/^RUN npm ci\b/));
-		expect(instructions[instructions.length - 1]).toBe('CMD ["npm", "start"]');
+		expect(instructions[instructions.length - 1]).toBe('CMD ["node", "--import", "tsx", "server.ts"]');
 	});
 
 	it("runs as an unprivileged user and checks health on OPS_PORT", () => {

@@ -1,0 +1,164 @@
+// Dispatcher claims: how deliveries that intake did not hand straight to the worker get sent.
+// A poll loop (and claimSoon, whenever capacity frees up while a backlog waits) leases due rows:
+// retries whose time has come, deliveries intake could not lease because the worker was full,
+// and rows whose lease another instance abandoned. A lease moves next_attempt_at to the lease
+// expiry and sets a lease_id, so an abandoned lease just makes the row due again.
+// PostgreSQL claims with FOR UPDATE SKIP LOCKED; SQLite has a single writer.
+// Also here: parking (deliveries of a disabled webhook wait without attempts) and cancelling
+// the pending deliveries of a removed webhook.
+import crypto from "node:crypto";
+import { isPostgres, nowIso } from "../db.mixin";
+import { chunks, rowsOf } from "../../lib/sql-rows";
+import type { ResolvedWebhook } from "../../lib/schemas/webhooks";
+import {
+	LEASE_BUFFER_FACTOR,
+	MAX_CLAIM_BATCH,
+	PARKED_RECHECK_POLLS,
+	isTrue,
+	type DeliveryRow,
+	type DispatcherMixin,
+	type DispatcherThis,
+	type LeasedDelivery,
+	type MessageRow,
+} from "./shared";
+
+export const ClaimsMixin: DispatcherMixin = {
+	methods: {
+		/** Leases due deliveries up to this instance's free capacity, and hands them to the worker. */
+		async claimDue(this: DispatcherThis): Promise<void> {
+			if (this.claimRun || this.stopping) return;
+			this.claimRun = this.claimUntilFull().finally(() => {
+				this.claimRun = null;
+			});
+			await this.claimRun;
+		},
+
+		async claimUntilFull(this: DispatcherThis): Promise<void> {
+			try {
+				for (;;) {
+					const room = this.config.DELIVERY_CONCURRENCY * LEASE_BUFFER_FACTOR - this.held;
+					if (room <= 0) {
+						this.backlog = true;
+						return;
+					}
+					const limit = Math.min(room, MAX_CLAIM_BATCH);
+					const claimed = await this.claimBatch(limit);
+					for (const delivery of claimed) {
+						this.held += 1;
+						this.heldByWebhook.set(delivery.webhookId, (this.heldByWebhook.get(delivery.webhookId) ?? 0) + 1);
+						this.enqueue(delivery);
+					}
+					this.pump();
+					if (claimed.length < limit) {
+						this.backlog = false;
+						return;
+					}
+				}
+			} catch (err) {
+				this.logger.error("Claiming due deliveries failed; will try again at the next poll", err);
+			}
+		},
+
+		/**
+		 * One claim statement. Webhooks that already fill their share of this instance's leases are
+		 * left out, so one slow receiver cannot take every slot.
+		 */
+		async claimBatch(this: DispatcherThis, limit: number): Promise<LeasedDelivery[]> {
+			const now = Date.now();
+			const leaseId = crypto.randomUUID();
+			const leaseExpiresAt = now + this.config.DELIVERY_LEASE;
+			const saturated = [...this.heldByWebhook.entries()]
+				.filter(([, count]) => count >= this.config.DELIVERY_WEBHOOK_CONCURRENCY * LEASE_BUFFER_FACTOR)
+				.map(([webhookId]) => webhookId);
+			const exclude = saturated.length ? `AND webhook_id NOT IN (${saturated.map(() => "?").join(", ")})` : "";
+			const skipLocked = isPostgres(this.db) ? "FOR UPDATE SKIP LOCKED" : "";
+			// The due rows are picked once, in a materialised CTE: PostgreSQL may re-run a plain
+			// `IN (SELECT … LIMIT n FOR UPDATE SKIP LOCKED)` subquery and so claim more than n.
+			const result = await this.db.raw(
+				`WITH due AS MATERIALIZED (
+					SELECT id FROM deliveries
+					WHERE status = 'pending' AND next_attempt_at <= ? ${exclude}
+					ORDER BY next_attempt_at
+					LIMIT ? ${skipLocked}
+				)
+				UPDATE deliveries SET lease_id = ?, next_attempt_at = ?
+				WHERE id IN (SELECT id FROM due)
+				RETURNING id, event_id, webhook_id, attempt_count, first_attempt_at, manual_retry`,
+				[new Date(now).toISOString(), ...saturated, limit, leaseId, new Date(leaseExpiresAt).toISOString()],
+			);
+			const rows = rowsOf<Pick<DeliveryRow, "id" | "event_id" | "webhook_id" | "attempt_count" | "first_attempt_at" | "manual_retry">>(result);
+			if (rows.length === 0) return [];
+			const bodies = new Map<string, string>();
+			for (const eventIds of chunks([...new Set(rows.map(row => row.event_id))], 500)) {
+				const messages: Array<Pick<MessageRow, "event_id" | "body">> = await this.db("delivery_messages").whereIn("event_id", eventIds).select("event_id", "body");
+				for (const message of messages) bodies.set(message.event_id, message.body);
+			}
+			return rows.map(row => ({
+				id: row.id,
+				webhookId: row.webhook_id,
+				body: bodies.get(row.event_id)!,
+				leaseId,
+				leaseExpiresAt,
+				attemptCount: Number(row.attempt_count),
+				firstAttemptAt: row.first_attempt_at,
+				manualRetry: isTrue(row.manual_retry),
+			}));
+		},
+
+		claimSoon(this: DispatcherThis): void {
+			if (this.stopping) return;
+			setImmediate(() => void this.claimDue());
+		},
+
+		schedulePoll(this: DispatcherThis): void {
+			if (this.stopping) return;
+			this.pollTimer = setTimeout(async () => {
+				this.polls += 1;
+				await this.claimDue();
+				if (this.polls % PARKED_RECHECK_POLLS === 0) {
+					await this.recheckParked();
+					// Entries are only dropped when read; without this, every webhook ever seen would stay.
+					const now = Date.now();
+					for (const [id, cached] of this.targets) if (cached.expiresAt < now) this.targets.delete(id);
+				}
+				this.schedulePoll();
+			}, this.config.DELIVERY_POLL_INTERVAL);
+		},
+
+		/** Parked deliveries whose webhook is active again resume; those of deleted webhooks end. */
+		async recheckParked(this: DispatcherThis): Promise<void> {
+			try {
+				const rows: Array<{ webhook_id: string }> = await this.db("deliveries").where({ parked: true, status: "pending" }).distinct("webhook_id").limit(1000);
+				if (rows.length === 0) return;
+				const ids = rows.map(row => row.webhook_id);
+				const found = await this.broker.call<ResolvedWebhook[], { ids: string[] }>("webhooks.resolve", { ids });
+				const byId = new Map(found.map(webhook => [webhook.id, webhook]));
+				for (const id of ids) {
+					const webhook = byId.get(id);
+					if (!webhook) await this.cancelPending(id);
+					else if (webhook.active) await this.resumeParked(id);
+				}
+			} catch (err) {
+				this.logger.warn(`Re-checking parked deliveries failed, will try again: ${(err as Error).message}`);
+			}
+		},
+
+		async resumeParked(this: DispatcherThis, webhookId: string): Promise<void> {
+			const now = nowIso();
+			const resumed = await this.db("deliveries").where({ webhook_id: webhookId, status: "pending", parked: true }).update({ parked: false, next_attempt_at: now, updated_at: now });
+			if (resumed > 0) {
+				this.logger.info(`Webhook ${webhookId} is active again: ${resumed} parked deliveries resumed`);
+				this.backlog = true;
+				this.claimSoon();
+			}
+		},
+
+		/** Cancels every pending delivery of a webhook; a lease in flight loses its write. */
+		async cancelPending(this: DispatcherThis, webhookId: string): Promise<number> {
+			const now = nowIso();
+			return this.db("deliveries")
+				.where({ webhook_id: webhookId, status: "pending" })
+				.update({ status: "cancelled", next_attempt_at: null, lease_id: null, parked: false, updated_at: now });
+		},
+	},
+};

@@ -1,0 +1,254 @@
+// Dispatcher intake: how an order status event becomes persisted deliveries. Events arrive as
+// the `tasking.order_status` broker event (fire and forget) or through the `publish`
+// action (acknowledged). Both validate the event, record a rejected one in
+// `delivery_rejected_events`, and hand the valid ones to a micro-batcher (`this.intake`), which
+// writes each batch in one transaction: one message per new event_id, one delivery per subscribed
+// webhook. A delivery is leased to this instance in that same insert when the worker has room,
+// so it goes straight to the send loop without a claim.
+import crypto from "node:crypto";
+import { Errors, type Context } from "moleculer";
+import type { Knex } from "knex";
+import { z } from "zod";
+import { nowIso } from "../db.mixin";
+import { validationError, zodParams } from "../validation";
+import { invalidField } from "../../lib/errors";
+import { retryOnDependencyFailure } from "../../lib/dependency-retry";
+import { timeOrderedUuid } from "../../lib/ids";
+import { sqliteConnectionOf } from "../../lib/sqlite-statements";
+import { chunks } from "../../lib/sql-rows";
+import { TASKING_ORDER_STATUS_EVENT, TASKING_ORDER_STATUS_TOPIC, TaskingOrderStatusEvent } from "../../lib/schemas/events";
+import type { Subscriber } from "../../lib/schemas/webhooks";
+import { orderStatusMessage, type PublishResult } from "../../lib/schemas/deliveries";
+import {
+	DEPENDENCY_RETRIES,
+	DEPENDENCY_RETRY_MS,
+	REJECTED_EXCERPT_CHARS,
+	ROWS_PER_STATEMENT,
+	type DispatcherMixin,
+	type DispatcherThis,
+	type EventSource,
+	type IntakeItem,
+	type LeasedDelivery,
+	type MessageRow,
+	type NewDeliveryRow,
+} from "./shared";
+
+/** PostgreSQL text cannot hold NUL characters, and a rejected payload may contain anything. */
+const storable = (text: string, max: number) => text.replaceAll("\u0000", "").slice(0, max);
+
+function excerptOf(payload: unknown): string {
+	let text: string;
+	try {
+		text = JSON.stringify(payload) ?? String(payload);
+	} catch {
+		text = String(payload);
+	}
+	return text.length > REJECTED_EXCERPT_CHARS ? `${storable(text, REJECTED_EXCERPT_CHARS)}…` : storable(text, REJECTED_EXCERPT_CHARS);
+}
+
+export const IntakeMixin: DispatcherMixin = {
+	actions: {
+		/**
+		 * Acknowledged intake of a tasking order status event: answers once the message and its
+		 * deliveries are persisted. An invalid event is recorded as rejected and answered with 422.
+		 */
+		publish: {
+			visibility: "public",
+			// Checked in the handler, so that a rejected payload is recorded before the 422.
+			params: zodParams(z.unknown()),
+			async handler(this: DispatcherThis, ctx: Context<unknown>): Promise<PublishResult> {
+				return this.acceptEvent(ctx.params, "publish", ctx);
+			},
+		},
+	},
+
+	events: {
+		[TASKING_ORDER_STATUS_EVENT]: {
+			// Never throws: a bad or undeliverable event is logged (and recorded), not retried.
+			async handler(this: DispatcherThis, ctx: Context<unknown>) {
+				await this.receiveEvent(ctx);
+			},
+		},
+	},
+
+	methods: {
+		async receiveEvent(this: DispatcherThis, ctx: Context<unknown>): Promise<void> {
+			try {
+				await retryOnDependencyFailure(() => this.acceptEvent(ctx.params, "event", ctx), {
+					attempts: DEPENDENCY_RETRIES,
+					delayMs: DEPENDENCY_RETRY_MS,
+					stopping: () => this.stopping,
+				});
+			} catch (err) {
+				if (err instanceof Errors.MoleculerClientError) return; // rejected: already logged and recorded
+				this.logger.error(`A ${TASKING_ORDER_STATUS_EVENT} event could not be processed and is lost`, err);
+			}
+		},
+
+		/** Validates, resolves the customer and hands the event to the batched writer. */
+		async acceptEvent(this: DispatcherThis, payload: unknown, source: EventSource, ctx: Context): Promise<PublishResult> {
+			const parsed = TaskingOrderStatusEvent.safeParse(payload);
+			if (!parsed.success) {
+				const error = validationError(parsed.error);
+				const problems = (error.data as Array<{ path: string; message: string }>).map(p => `${p.path || "(event)"}: ${p.message}`).join("; ");
+				await this.recordRejection(source, payload, problems);
+				throw error;
+			}
+			const event = parsed.data;
+			let customerId = event.customer_id;
+			if (!customerId) {
+				try {
+					const user: { customer_id: string } = await ctx.call("users.get", { userId: event.user_id });
+					customerId = user.customer_id;
+				} catch (err) {
+					if ((err as { code?: number }).code !== 404) throw err;
+					await this.recordRejection(source, payload, `user_id: unknown user "${event.user_id}" and no customer_id given`);
+					throw invalidField("user_id", "is not a known user, and no customer_id was given");
+				}
+			}
+			const occurredAt = event.occurred_at ? new Date(event.occurred_at).toISOString() : nowIso();
+			return this.intake.add({
+				eventId: (event.event_id ?? timeOrderedUuid()).toLowerCase(),
+				customerId,
+				userId: event.user_id,
+				type: TASKING_ORDER_STATUS_TOPIC,
+				body: orderStatusMessage(event, TASKING_ORDER_STATUS_TOPIC, occurredAt),
+				occurredAt,
+			});
+		},
+
+		async recordRejection(this: DispatcherThis, source: EventSource, payload: unknown, reason: string): Promise<void> {
+			const eventId = payload && typeof payload === "object" ? (payload as { event_id?: unknown }).event_id : undefined;
+			this.logger.warn(`Rejected a ${TASKING_ORDER_STATUS_EVENT} event (${source}): ${reason}`);
+			try {
+				await this.db("delivery_rejected_events").insert({
+					source,
+					event_id: typeof eventId === "string" ? storable(eventId, 100) : null,
+					reason: storable(reason, 1000),
+					excerpt: excerptOf(payload),
+					received_at: nowIso(),
+				});
+			} catch (err) {
+				this.logger.error("Could not record a rejected event", err);
+			}
+		},
+
+		/**
+		 * One transaction for a batch of events: new messages (a repeated event_id is skipped),
+		 * then one delivery per subscribed webhook, leased to this instance when it has room.
+		 */
+		async persistEvents(this: DispatcherThis, items: IntakeItem[]): Promise<PublishResult[]> {
+			const customers = [...new Set(items.map(item => item.customerId))];
+			const subscriberLists = await Promise.all(
+				customers.map(customerId => this.broker.call<Subscriber[], { customerId: string; topic: string }>("webhooks.subscribers", { customerId, topic: TASKING_ORDER_STATUS_TOPIC })),
+			);
+			const subscribersOf = new Map(customers.map((customerId, i) => [customerId, subscriberLists[i]]));
+
+			const now = nowIso();
+			const leaseId = crypto.randomUUID();
+			const leaseExpiresAt = Date.now() + this.config.DELIVERY_LEASE;
+			const leaseExpiry = new Date(leaseExpiresAt).toISOString();
+			const firstOfEvent = new Map<string, IntakeItem>();
+			for (const item of items) if (!firstOfEvent.has(item.eventId)) firstOfEvent.set(item.eventId, item);
+
+			const deliveriesOf = new Map<string, number>();
+			const leased: LeasedDelivery[] = [];
+			let unleased = 0;
+			try {
+				await this.db.transaction(async trx => {
+					const inserted = await this.insertMessages(
+						trx,
+						[...firstOfEvent.values()].map(item => ({
+							event_id: item.eventId,
+							customer_id: item.customerId,
+							user_id: item.userId,
+							type: item.type,
+							body: item.body,
+							occurred_at: item.occurredAt,
+							created_at: now,
+						})),
+					);
+
+					const deliveryRows: NewDeliveryRow[] = [];
+					for (const item of firstOfEvent.values()) {
+						if (!inserted.has(item.eventId)) continue;
+						const subscribers = subscribersOf.get(item.customerId) ?? [];
+						deliveriesOf.set(item.eventId, subscribers.length);
+						for (const subscriber of subscribers) {
+							const id = timeOrderedUuid();
+							const lease = !this.stopping && this.takeLease(subscriber.id);
+							if (lease) leased.push({ id, webhookId: subscriber.id, body: item.body, leaseId, leaseExpiresAt, attemptCount: 0, firstAttemptAt: null, manualRetry: false });
+							else unleased += 1;
+							deliveryRows.push({
+								id,
+								event_id: item.eventId,
+								webhook_id: subscriber.id,
+								customer_id: item.customerId,
+								status: "pending",
+								next_attempt_at: lease ? leaseExpiry : now,
+								lease_id: lease ? leaseId : null,
+								created_at: now,
+								updated_at: now,
+							});
+						}
+					}
+					await this.insertDeliveries(trx, deliveryRows);
+				});
+			} catch (err) {
+				for (const delivery of leased) this.releaseHold(delivery.webhookId);
+				throw err;
+			}
+
+			for (const subscribers of subscriberLists) {
+				for (const subscriber of subscribers) this.cacheTarget(subscriber.id, { id: subscriber.id, url: subscriber.url, active: true, secrets: subscriber.secrets });
+			}
+			for (const delivery of leased) this.enqueue(delivery);
+			if (unleased > 0) {
+				this.backlog = true;
+				this.claimSoon();
+			}
+			this.pump();
+
+			const answered = new Set<string>();
+			return items.map(item => {
+				const first = !answered.has(item.eventId) && deliveriesOf.has(item.eventId);
+				answered.add(item.eventId);
+				return { event_id: item.eventId, duplicate: !first, deliveries: first ? deliveriesOf.get(item.eventId)! : 0 };
+			});
+		},
+
+		// ---- hot writes: one prepared statement per row on SQLite, multi-row statements on PostgreSQL
+
+		/** Inserts the messages whose event_id is new; returns those event_ids. */
+		async insertMessages(this: DispatcherThis, trx: Knex.Transaction, rows: MessageRow[]): Promise<Set<string>> {
+			const inserted = new Set<string>();
+			const sqlite = await sqliteConnectionOf(trx);
+			if (sqlite) {
+				const insert = sqlite.prepare(
+					`INSERT INTO delivery_messages (event_id, customer_id, user_id, type, body, occurred_at, created_at)
+					VALUES (@event_id, @customer_id, @user_id, @type, @body, @occurred_at, @created_at) ON CONFLICT (event_id) DO NOTHING`,
+				);
+				for (const row of rows) if (insert.run(row).changes === 1) inserted.add(row.event_id);
+				return inserted;
+			}
+			for (const batch of chunks(rows, ROWS_PER_STATEMENT)) {
+				const returned: Array<{ event_id: string }> = await trx("delivery_messages").insert(batch).onConflict("event_id").ignore().returning("event_id");
+				for (const row of returned) inserted.add(row.event_id);
+			}
+			return inserted;
+		},
+
+		async insertDeliveries(this: DispatcherThis, trx: Knex.Transaction, rows: NewDeliveryRow[]): Promise<void> {
+			const sqlite = await sqliteConnectionOf(trx);
+			if (sqlite) {
+				const insert = sqlite.prepare(
+					`INSERT INTO deliveries (id, event_id, webhook_id, customer_id, status, next_attempt_at, lease_id, created_at, updated_at)
+					VALUES (@id, @event_id, @webhook_id, @customer_id, @status, @next_attempt_at, @lease_id, @created_at, @updated_at)`,
+				);
+				for (const row of rows) insert.run(row);
+				return;
+			}
+			for (const batch of chunks(rows, ROWS_PER_STATEMENT)) await trx("deliveries").insert(batch);
+		},
+	},
+};

@@ -1,0 +1,202 @@
+// Dispatcher results: what an attempt's outcome means for its delivery (succeeded, retry at the
+// next time of the persisted schedule, or failed) and how it is written back. The worker's slot
+// is freed at once; the write joins a micro-batch (`this.results`) that updates the deliveries
+// and inserts their attempts in one transaction. Each update is guarded by the delivery's
+// lease_id, so a worker whose lease was lost (taken over, cancelled, retried by hand) writes
+// nothing.
+import type { Knex } from "knex";
+import { nowIso } from "../db.mixin";
+import { sqliteBoolean, sqliteConnectionOf } from "../../lib/sqlite-statements";
+import { chunks, rowsOf } from "../../lib/sql-rows";
+import { scheduleNextAttempt } from "../../lib/retry-schedule";
+import type { DeliveryOutcome } from "../../lib/webhook-sender";
+import {
+	DEPENDENCY_RETRY_MS,
+	LEASE_BUFFER_FACTOR,
+	ROWS_PER_STATEMENT,
+	type AttemptRow,
+	type DeliveryUpdate,
+	type DispatcherMixin,
+	type DispatcherThis,
+	type LeasedDelivery,
+} from "./shared";
+
+const sleep = (ms: number) => new Promise(resolve => setTimeout(resolve, ms));
+
+export const ResultsMixin: DispatcherMixin = {
+	methods: {
+		/** Decides what an attempt's outcome means for the delivery: done, retry at, or failed. */
+		afterAttempt(this: DispatcherThis, delivery: LeasedDelivery, outcome: DeliveryOutcome): DeliveryUpdate {
+			const attemptCount = delivery.attemptCount + 1;
+			const result = outcome.success ? "succeeded" : "failed";
+			this.metrics.attempts.inc({ result });
+			this.metrics.duration.observe({ result }, outcome.durationMs / 1000);
+			if (outcome.success) {
+				this.metrics.deliveries.inc({ status: "succeeded" });
+				return { delivery, status: "succeeded", attemptCount, nextAttemptAt: null, parked: false, manualRetry: false, outcome };
+			}
+			const next = delivery.manualRetry
+				? null
+				: scheduleNextAttempt({
+						firstAttemptAt: new Date(delivery.firstAttemptAt ?? outcome.attemptedAt),
+						attemptsMade: attemptCount,
+						offsets: this.config.DELIVERY_RETRY_SCHEDULE,
+						now: new Date(),
+					});
+			if (!next) {
+				this.metrics.deliveries.inc({ status: "failed" });
+				this.logger.info(`Delivery ${delivery.id} failed after ${attemptCount} attempt(s): ${outcome.detail}`);
+				return { delivery, status: "failed", attemptCount, nextAttemptAt: null, parked: false, manualRetry: false, outcome };
+			}
+			return { delivery, status: "pending", attemptCount, nextAttemptAt: next.toISOString(), parked: false, manualRetry: false, outcome };
+		},
+
+		/**
+		 * Frees the delivery's slot and queues the write-back of its result. The slot is free at
+		 * once: the row stays leased in the database until the write lands, so nobody else claims it.
+		 */
+		finish(this: DispatcherThis, delivery: LeasedDelivery, change: Omit<DeliveryUpdate, "delivery">): void {
+			const update: DeliveryUpdate = { ...change, delivery };
+			this.releaseHold(delivery.webhookId);
+			// Claim in batches (not one row per finished delivery), early enough to keep every slot busy.
+			const room = this.config.DELIVERY_CONCURRENCY * LEASE_BUFFER_FACTOR - this.held;
+			if (this.backlog && room >= this.config.DELIVERY_CONCURRENCY / 2) this.claimSoon();
+			const write = async () => {
+				for (let attempt = 1; ; attempt += 1) {
+					try {
+						const matched = await this.results.add(update);
+						if (!matched) this.logger.debug(`Delivery ${delivery.id}: lease lost before the result was written (taken over, cancelled or retried by hand)`);
+						return;
+					} catch (err) {
+						// Past the lease the write is pointless: the row is due again and someone retries it.
+						if (this.stopping || Date.now() > delivery.leaseExpiresAt) {
+							this.logger.error(`Delivery ${delivery.id}: result not written; it will be attempted again once its lease expires`, err);
+							return;
+						}
+						await sleep(DEPENDENCY_RETRY_MS * attempt);
+					}
+				}
+			};
+			void write();
+		},
+
+		/**
+		 * Writes a batch of results in one transaction: one UPDATE for all deliveries (each guarded
+		 * by its lease) and one INSERT for the attempts of those whose lease still held.
+		 */
+		async writeUpdates(this: DispatcherThis, updates: DeliveryUpdate[]): Promise<boolean[]> {
+			const now = nowIso();
+			let matched = new Set<string>();
+			await this.db.transaction(async trx => {
+				matched = await this.updateLeased(trx, updates, now);
+				const attempts: AttemptRow[] = updates
+					.filter(update => update.outcome && matched.has(update.delivery.id))
+					.map(({ delivery, attemptCount, outcome }) => ({
+						delivery_id: delivery.id,
+						attempt: attemptCount,
+						attempted_at: outcome!.attemptedAt,
+						success: outcome!.success,
+						status_code: outcome!.statusCode,
+						error_kind: outcome!.errorKind,
+						title: outcome!.title,
+						detail: outcome!.detail.slice(0, 500),
+						duration_ms: outcome!.durationMs,
+						response_excerpt: outcome!.responseExcerpt,
+					}));
+				await this.insertAttempts(trx, attempts);
+			});
+			return updates.map(update => matched.has(update.delivery.id));
+		},
+
+		/**
+		 * Writes each update where the delivery's lease still matches, and returns the ids that
+		 * matched. A delivery whose lease was lost (cancelled, taken over) is left alone.
+		 */
+		async updateLeased(this: DispatcherThis, trx: Knex.Transaction, updates: DeliveryUpdate[], now: string): Promise<Set<string>> {
+			const matched = new Set<string>();
+			const sqlite = await sqliteConnectionOf(trx);
+			if (sqlite) {
+				const update = sqlite.prepare(
+					`UPDATE deliveries SET
+						status = @status, attempt_count = @attempt_count, next_attempt_at = @next_attempt_at,
+						parked = @parked, manual_retry = @manual_retry, lease_id = NULL,
+						first_attempt_at = COALESCE(first_attempt_at, @attempted_at),
+						last_attempt_at = CASE WHEN @attempted = 1 THEN @attempted_at ELSE last_attempt_at END,
+						last_status_code = CASE WHEN @attempted = 1 THEN @status_code ELSE last_status_code END,
+						last_error_kind = CASE WHEN @attempted = 1 THEN @error_kind ELSE last_error_kind END,
+						updated_at = @updated_at
+					WHERE id = @id AND lease_id = @lease_id`,
+				);
+				for (const change of updates) {
+					const result = update.run({
+						id: change.delivery.id,
+						lease_id: change.delivery.leaseId,
+						status: change.status,
+						attempt_count: change.attemptCount,
+						next_attempt_at: change.nextAttemptAt,
+						parked: sqliteBoolean(change.parked),
+						manual_retry: sqliteBoolean(change.manualRetry),
+						attempted: change.outcome ? 1 : 0,
+						attempted_at: change.outcome?.attemptedAt ?? null,
+						status_code: change.outcome?.statusCode ?? null,
+						error_kind: change.outcome?.errorKind ?? null,
+						updated_at: now,
+					});
+					if (result.changes === 1) matched.add(change.delivery.id);
+				}
+				return matched;
+			}
+			// One statement for the whole batch: a VALUES list joined to the rows it updates.
+			for (const batch of chunks(updates, ROWS_PER_STATEMENT)) {
+				const values = batch.map(() => "(?, ?, ?, CAST(? AS integer), ?, CAST(? AS integer), CAST(? AS integer), CAST(? AS integer), ?, CAST(? AS integer), ?)").join(", ");
+				const bindings = batch.flatMap(change => [
+					change.delivery.id,
+					change.delivery.leaseId,
+					change.status,
+					change.attemptCount,
+					change.nextAttemptAt,
+					change.parked ? 1 : 0,
+					change.manualRetry ? 1 : 0,
+					change.outcome ? 1 : 0,
+					change.outcome?.attemptedAt ?? null,
+					change.outcome?.statusCode ?? null,
+					change.outcome?.errorKind ?? null,
+				]);
+				const result = await trx.raw(
+					`WITH v(id, lease_id, status, attempt_count, next_attempt_at, parked, manual_retry, attempted, attempted_at, status_code, error_kind) AS (VALUES ${values})
+					UPDATE deliveries SET
+						status = v.status,
+						attempt_count = v.attempt_count,
+						next_attempt_at = v.next_attempt_at,
+						parked = (v.parked = 1),
+						manual_retry = (v.manual_retry = 1),
+						lease_id = NULL,
+						first_attempt_at = COALESCE(deliveries.first_attempt_at, v.attempted_at),
+						last_attempt_at = CASE WHEN v.attempted = 1 THEN v.attempted_at ELSE deliveries.last_attempt_at END,
+						last_status_code = CASE WHEN v.attempted = 1 THEN v.status_code ELSE deliveries.last_status_code END,
+						last_error_kind = CASE WHEN v.attempted = 1 THEN v.error_kind ELSE deliveries.last_error_kind END,
+						updated_at = ?
+					FROM v
+					WHERE deliveries.id = v.id AND deliveries.lease_id = v.lease_id
+					RETURNING deliveries.id`,
+					[...bindings, now],
+				);
+				for (const row of rowsOf<{ id: string }>(result)) matched.add(row.id);
+			}
+			return matched;
+		},
+
+		async insertAttempts(this: DispatcherThis, trx: Knex.Transaction, rows: AttemptRow[]): Promise<void> {
+			const sqlite = await sqliteConnectionOf(trx);
+			if (sqlite) {
+				const insert = sqlite.prepare(
+					`INSERT INTO delivery_attempts (delivery_id, attempt, attempted_at, success, status_code, error_kind, title, detail, duration_ms, response_excerpt)
+					VALUES (@delivery_id, @attempt, @attempted_at, @success, @status_code, @error_kind, @title, @detail, @duration_ms, @response_excerpt)`,
+				);
+				for (const row of rows) insert.run({ ...row, success: sqliteBoolean(Boolean(row.success)) });
+				return;
+			}
+			for (const batch of chunks(rows, ROWS_PER_STATEMENT)) await trx("delivery_attempts").insert(batch);
+		},
+	},
+};

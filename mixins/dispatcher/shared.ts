@@ -1,0 +1,193 @@
+// The dispatcher's shared vocabulary: its tuning constants, the rows it reads and writes, what a
+// leased delivery carries through the worker, and `DispatcherThis`, the one type of `this` that
+// services/dispatcher.service.ts and every mixin in this folder share.
+import type { Context, ServiceSchema, ServiceSettingSchema } from "moleculer";
+import type { Knex } from "knex";
+import type { DbServiceThis } from "../db.mixin";
+import type { MicroBatcher } from "../../lib/micro-batcher";
+import type { counter, histogram } from "../../lib/metrics";
+import type { DeliveryOutcome, WebhookSender } from "../../lib/webhook-sender";
+import type { ResolvedWebhook } from "../../lib/schemas/webhooks";
+import type { Attempt, Delivery, DeliveryParams, DeliveryStatus, PublishResult } from "../../lib/schemas/deliveries";
+
+// A worker may hold (queued + in flight) this many leases per unit of concurrency, so that the
+// next request can start the moment one finishes, without holding leases it cannot serve soon.
+export const LEASE_BUFFER_FACTOR = 2;
+// Webhook URLs and secrets are cached this long; webhooks.* events drop entries sooner. Short,
+// because a broadcast can be missed while a node reconnects, and because the previous secret
+// stops signing when its rotation grace ends.
+export const TARGET_CACHE_MS = 5_000;
+// An attempt only starts if it can end (DELIVERY_TIMEOUT) this long before its lease expires,
+// so no other instance can ever take the delivery over while it is in flight.
+export const LEASE_SAFETY_MS = 2_000;
+// Parked deliveries (webhook disabled) are re-checked every this many polls, in case the
+// webhooks.updated event that re-enabled it was missed (e.g. while this node reconnected).
+export const PARKED_RECHECK_POLLS = 30;
+export const MAX_CLAIM_BATCH = 500;
+export const MAX_INTAKE_BATCH = 500;
+export const MAX_RESULT_BATCH = 500;
+// Results wait this long to be written together: nobody waits on them, and fewer, larger
+// transactions cost the single SQLite writer much less.
+export const RESULT_LINGER_MS = 5;
+// Rows per multi-row statement: stays far below SQLite's and PostgreSQL's bind-variable limits.
+export const ROWS_PER_STATEMENT = 200;
+export const REJECTED_EXCERPT_CHARS = 2_000;
+export const DEPENDENCY_RETRIES = 3;
+export const DEPENDENCY_RETRY_MS = 1_000;
+
+export interface MessageRow {
+	event_id: string;
+	customer_id: string;
+	user_id: string;
+	type: string;
+	body: string;
+	occurred_at: string;
+	created_at: string;
+}
+
+export interface DeliveryRow {
+	id: string;
+	event_id: string;
+	webhook_id: string;
+	customer_id: string;
+	status: DeliveryStatus;
+	attempt_count: number;
+	next_attempt_at: string | null;
+	lease_id: string | null;
+	parked: boolean | number;
+	manual_retry: boolean | number;
+	first_attempt_at: string | null;
+	last_attempt_at: string | null;
+	last_status_code: number | null;
+	last_error_kind: Delivery["last_error_kind"];
+	created_at: string;
+	updated_at: string;
+	/** From delivery_messages, joined in for the log. */
+	type?: string;
+}
+
+/** What intake writes; the other columns start at their defaults (0, false, null). */
+export type NewDeliveryRow = Pick<DeliveryRow, "id" | "event_id" | "webhook_id" | "customer_id" | "status" | "next_attempt_at" | "lease_id" | "created_at" | "updated_at">;
+
+export interface AttemptRow {
+	delivery_id: string;
+	attempt: number;
+	attempted_at: string;
+	success: boolean | number;
+	status_code: number | null;
+	error_kind: Attempt["error_kind"];
+	title: string | null;
+	detail: string;
+	duration_ms: number;
+	response_excerpt: string | null;
+}
+
+/** A delivery this instance holds a lease on, waiting for or in its attempt. */
+export interface LeasedDelivery {
+	id: string;
+	webhookId: string;
+	body: string;
+	leaseId: string;
+	leaseExpiresAt: number;
+	/** Attempts made before this one. */
+	attemptCount: number;
+	firstAttemptAt: string | null;
+	manualRetry: boolean;
+}
+
+/** What a leased delivery becomes: written back with the lease as the guard. */
+export interface DeliveryUpdate {
+	delivery: LeasedDelivery;
+	status: DeliveryStatus;
+	attemptCount: number;
+	nextAttemptAt: string | null;
+	parked: boolean;
+	manualRetry: boolean;
+	outcome?: DeliveryOutcome;
+}
+
+/** A webhook as the worker needs it; `null` in the cache means it no longer exists. */
+export type Target = Pick<ResolvedWebhook, "id" | "url" | "active" | "secrets">;
+
+export interface IntakeItem {
+	eventId: string;
+	customerId: string;
+	userId: string;
+	type: string;
+	body: string;
+	occurredAt: string;
+}
+
+export type EventSource = "event" | "publish";
+
+export interface TenantMeta {
+	customerId?: string;
+}
+
+export type DispatcherThis = DbServiceThis & {
+	sender: WebhookSender;
+	stopping: boolean;
+	intake: MicroBatcher<IntakeItem, PublishResult>;
+	results: MicroBatcher<DeliveryUpdate, boolean>;
+	/** Leased deliveries waiting for a free slot, per webhook (Map order gives round-robin). */
+	queues: Map<string, LeasedDelivery[]>;
+	inFlight: number;
+	inFlightByWebhook: Map<string, number>;
+	/** Leases held by the worker (queued + in flight), overall and per webhook. */
+	held: number;
+	heldByWebhook: Map<string, number>;
+	attemptsInFlight: Set<Promise<void>>;
+	targets: Map<string, { target: Target | null; expiresAt: number }>;
+	resolving: Set<string>;
+	claimRun: Promise<void> | null;
+	/** Due rows may be waiting that the last claim did not take (capacity ran out). */
+	backlog: boolean;
+	pollTimer: NodeJS.Timeout | null;
+	polls: number;
+	metrics: {
+		attempts: ReturnType<typeof counter>;
+		deliveries: ReturnType<typeof counter>;
+		duration: ReturnType<typeof histogram>;
+	};
+
+	// intake.mixin.ts
+	receiveEvent(ctx: Context<unknown>): Promise<void>;
+	acceptEvent(payload: unknown, source: EventSource, ctx: Context): Promise<PublishResult>;
+	recordRejection(source: EventSource, payload: unknown, reason: string): Promise<void>;
+	persistEvents(items: IntakeItem[]): Promise<PublishResult[]>;
+	insertMessages(trx: Knex.Transaction, rows: MessageRow[]): Promise<Set<string>>;
+	insertDeliveries(trx: Knex.Transaction, rows: NewDeliveryRow[]): Promise<void>;
+	// worker.mixin.ts
+	takeLease(webhookId: string): boolean;
+	releaseHold(webhookId: string): void;
+	enqueue(delivery: LeasedDelivery): void;
+	pump(): void;
+	freshTarget(webhookId: string): Target | null | undefined;
+	cacheTarget(webhookId: string, target: Target | null): void;
+	resolveTargets(webhookIds: string[]): Promise<void>;
+	startAttempt(delivery: LeasedDelivery, target: Target): void;
+	// results.mixin.ts
+	afterAttempt(delivery: LeasedDelivery, outcome: DeliveryOutcome): DeliveryUpdate;
+	finish(delivery: LeasedDelivery, change: Omit<DeliveryUpdate, "delivery">): void;
+	writeUpdates(updates: DeliveryUpdate[]): Promise<boolean[]>;
+	updateLeased(trx: Knex.Transaction, updates: DeliveryUpdate[], now: string): Promise<Set<string>>;
+	insertAttempts(trx: Knex.Transaction, rows: AttemptRow[]): Promise<void>;
+	// claims.mixin.ts
+	claimDue(): Promise<void>;
+	claimUntilFull(): Promise<void>;
+	claimBatch(limit: number): Promise<LeasedDelivery[]>;
+	claimSoon(): void;
+	schedulePoll(): void;
+	recheckParked(): Promise<void>;
+	resumeParked(webhookId: string): Promise<void>;
+	cancelPending(webhookId: string): Promise<number>;
+	// delivery-log.mixin.ts
+	customerOf(ctx: Context<unknown, TenantMeta>): string;
+	ownedDelivery(ctx: Context<DeliveryParams, TenantMeta>): Promise<DeliveryRow>;
+	present(row: DeliveryRow): Delivery;
+};
+
+/** A part of the dispatcher: its actions, events and methods, all run with `this` a dispatcher. */
+export type DispatcherMixin = Partial<ServiceSchema<ServiceSettingSchema, DispatcherThis>>;
+
+export const isTrue = (value: boolean | number | null | undefined) => Boolean(value);

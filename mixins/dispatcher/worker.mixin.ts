@@ -1,0 +1,186 @@
+// Dispatcher worker, the send loop: leased deliveries wait in a queue per webhook and are sent
+// through lib/webhook-sender.ts within the global and per-webhook concurrency limits, webhooks
+// taking turns so that a busy one cannot starve the others. This instance holds at most
+// LEASE_BUFFER_FACTOR leases per unit of concurrency (queued + in flight). Each webhook's URL and
+// secrets come from a short-lived cache filled by webhooks.resolve and emptied by the webhooks.*
+// events; a delivery of a removed webhook is cancelled, one of a disabled webhook parked.
+import type { Context } from "moleculer";
+import { nowIso } from "../db.mixin";
+import { chunks } from "../../lib/sql-rows";
+import type { ResolvedWebhook } from "../../lib/schemas/webhooks";
+import { messageIdOf } from "../../lib/schemas/deliveries";
+import {
+	DEPENDENCY_RETRY_MS,
+	LEASE_BUFFER_FACTOR,
+	LEASE_SAFETY_MS,
+	TARGET_CACHE_MS,
+	type DispatcherMixin,
+	type DispatcherThis,
+	type LeasedDelivery,
+	type Target,
+} from "./shared";
+
+export const WorkerMixin: DispatcherMixin = {
+	events: {
+		"webhooks.updated": {
+			async handler(this: DispatcherThis, ctx: Context<{ id?: unknown; active?: unknown }>) {
+				const { id, active } = ctx.params ?? {};
+				if (typeof id !== "string") return;
+				this.targets.delete(id);
+				if (active === true) await this.resumeParked(id).catch(err => this.logger.error(`Could not resume deliveries of webhook ${id}`, err));
+			},
+		},
+
+		"webhooks.removed": {
+			async handler(this: DispatcherThis, ctx: Context<{ id?: unknown }>) {
+				const id = ctx.params?.id;
+				if (typeof id !== "string") return;
+				this.cacheTarget(id, null);
+				const cancelled = await this.cancelPending(id).catch(err => {
+					this.logger.error(`Could not cancel deliveries of removed webhook ${id}`, err);
+					return 0;
+				});
+				if (cancelled) this.logger.info(`Webhook ${id} removed: ${cancelled} pending deliveries cancelled`);
+				this.pump();
+			},
+		},
+
+		"webhooks.rotated": {
+			handler(this: DispatcherThis, ctx: Context<{ id?: unknown }>) {
+				const id = ctx.params?.id;
+				if (typeof id === "string") this.targets.delete(id);
+			},
+		},
+	},
+
+	methods: {
+		/** Takes a local lease slot if this instance has room for one more delivery of the webhook. */
+		takeLease(this: DispatcherThis, webhookId: string): boolean {
+			const perWebhook = this.heldByWebhook.get(webhookId) ?? 0;
+			if (this.held >= this.config.DELIVERY_CONCURRENCY * LEASE_BUFFER_FACTOR) return false;
+			if (perWebhook >= this.config.DELIVERY_WEBHOOK_CONCURRENCY * LEASE_BUFFER_FACTOR) return false;
+			this.held += 1;
+			this.heldByWebhook.set(webhookId, perWebhook + 1);
+			return true;
+		},
+
+		releaseHold(this: DispatcherThis, webhookId: string): void {
+			this.held -= 1;
+			const left = (this.heldByWebhook.get(webhookId) ?? 1) - 1;
+			if (left > 0) this.heldByWebhook.set(webhookId, left);
+			else this.heldByWebhook.delete(webhookId);
+		},
+
+		enqueue(this: DispatcherThis, delivery: LeasedDelivery): void {
+			const queue = this.queues.get(delivery.webhookId);
+			if (queue) queue.push(delivery);
+			else this.queues.set(delivery.webhookId, [delivery]);
+		},
+
+		/** Starts as many queued attempts as the concurrency limits allow, webhooks taking turns. */
+		pump(this: DispatcherThis): void {
+			if (this.stopping) return;
+			const globalLimit = this.config.DELIVERY_CONCURRENCY;
+			const webhookLimit = this.config.DELIVERY_WEBHOOK_CONCURRENCY;
+			const unresolved: string[] = [];
+			let started = true;
+			while (started && this.inFlight < globalLimit && this.queues.size > 0) {
+				started = false;
+				for (const webhookId of [...this.queues.keys()]) {
+					if (this.inFlight >= globalLimit) break;
+					const queue = this.queues.get(webhookId)!;
+					if ((this.inFlightByWebhook.get(webhookId) ?? 0) >= webhookLimit) continue;
+					const target = this.freshTarget(webhookId);
+					if (target === undefined) {
+						if (!this.resolving.has(webhookId) && !unresolved.includes(webhookId)) unresolved.push(webhookId);
+						continue;
+					}
+					if (target === null || !target.active) {
+						// Deleted: cancelled. Disabled: parked until it is enabled again (not an attempt).
+						this.queues.delete(webhookId);
+						for (const delivery of queue) {
+							this.finish(delivery, target === null
+								? { status: "cancelled", attemptCount: delivery.attemptCount, nextAttemptAt: null, parked: false, manualRetry: false }
+								: { status: "pending", attemptCount: delivery.attemptCount, nextAttemptAt: null, parked: true, manualRetry: delivery.manualRetry });
+						}
+						continue;
+					}
+					const delivery = queue.shift()!;
+					// Rotate this webhook to the back, so that a busy one cannot starve the others.
+					this.queues.delete(webhookId);
+					if (queue.length > 0) this.queues.set(webhookId, queue);
+					if (Date.now() + this.config.DELIVERY_TIMEOUT + LEASE_SAFETY_MS > delivery.leaseExpiresAt) {
+						// Waited too long: the attempt could outlive the lease. Give the row back.
+						this.finish(delivery, { status: "pending", attemptCount: delivery.attemptCount, nextAttemptAt: nowIso(), parked: false, manualRetry: delivery.manualRetry });
+					} else {
+						this.startAttempt(delivery, target);
+					}
+					started = true;
+				}
+			}
+			if (unresolved.length > 0) void this.resolveTargets(unresolved);
+		},
+
+		freshTarget(this: DispatcherThis, webhookId: string): Target | null | undefined {
+			const cached = this.targets.get(webhookId);
+			if (!cached) return undefined;
+			if (cached.expiresAt < Date.now()) {
+				this.targets.delete(webhookId);
+				return undefined;
+			}
+			return cached.target;
+		},
+
+		cacheTarget(this: DispatcherThis, webhookId: string, target: Target | null): void {
+			this.targets.set(webhookId, { target, expiresAt: Date.now() + TARGET_CACHE_MS });
+		},
+
+		/** One webhooks.resolve call for every webhook the worker needs and has not cached. */
+		async resolveTargets(this: DispatcherThis, webhookIds: string[]): Promise<void> {
+			for (const id of webhookIds) this.resolving.add(id);
+			let retryLater = false;
+			try {
+				for (const ids of chunks(webhookIds, 1000)) {
+					const found = await this.broker.call<ResolvedWebhook[], { ids: string[] }>("webhooks.resolve", { ids });
+					const byId = new Map(found.map(webhook => [webhook.id, webhook]));
+					for (const id of ids) {
+						const webhook = byId.get(id);
+						this.cacheTarget(id, webhook ? { id, url: webhook.url, active: webhook.active, secrets: webhook.secrets } : null);
+					}
+				}
+			} catch (err) {
+				this.logger.warn(`Could not look up webhooks for delivery, will try again: ${(err as Error).message}`);
+				retryLater = true;
+			} finally {
+				for (const id of webhookIds) this.resolving.delete(id);
+			}
+			if (retryLater) setTimeout(() => this.pump(), DEPENDENCY_RETRY_MS).unref();
+			else this.pump();
+		},
+
+		startAttempt(this: DispatcherThis, delivery: LeasedDelivery, target: Target): void {
+			this.inFlight += 1;
+			this.inFlightByWebhook.set(delivery.webhookId, (this.inFlightByWebhook.get(delivery.webhookId) ?? 0) + 1);
+			const attempt = this.sender
+				.send({ url: target.url, messageId: messageIdOf(delivery.id), body: delivery.body, secrets: target.secrets, timeoutMs: this.config.DELIVERY_TIMEOUT })
+				.then(outcome => {
+					const update = this.afterAttempt(delivery, outcome);
+					this.finish(delivery, update);
+				})
+				.catch(err => {
+					// The sender reports network trouble as outcomes; this is a bug. The lease will expire
+					// and the delivery will be attempted again.
+					this.logger.error(`Attempt of delivery ${delivery.id} failed unexpectedly`, err);
+				})
+				.finally(() => {
+					this.inFlight -= 1;
+					const left = (this.inFlightByWebhook.get(delivery.webhookId) ?? 1) - 1;
+					if (left > 0) this.inFlightByWebhook.set(delivery.webhookId, left);
+					else this.inFlightByWebhook.delete(delivery.webhookId);
+					this.attemptsInFlight.delete(attempt);
+					this.pump();
+				});
+			this.attemptsInFlight.add(attempt);
+		},
+	},
+};
