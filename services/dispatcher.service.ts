@@ -1,7 +1,7 @@
 // dispatcher: owns webhook delivery (tables `delivery_messages`, `deliveries`,
 // `delivery_attempts`, `delivery_rejected_events`). It takes in `tasking.order_status` events,
 // persists one message per event and one delivery per subscribed webhook before any request is
-// made, sends them through lib/webhook-sender.ts, retries failures on the persisted schedule of
+// made (acknowledging a channel event only then), sends them through lib/webhook-sender.ts, retries failures on the persisted schedule of
 // lib/retry-schedule.ts, and serves the webhook test and the delivery log.
 //
 // How a delivery moves (each step is a mixin in mixins/dispatcher/):
@@ -20,6 +20,7 @@
 // mixins/dispatcher/shared.ts.
 import type { ServiceSchema, ServiceSettingSchema } from "moleculer";
 import { DbMixin, nowIso } from "../mixins/db.mixin";
+import { OrderStatusIntakeMixin } from "../mixins/order-status-intake.mixin";
 import { dispatcherMigrations } from "../migrations/dispatcher";
 import { MicroBatcher } from "../lib/micro-batcher";
 import { counter, histogram } from "../lib/metrics";
@@ -33,7 +34,9 @@ import { DeliveryLogMixin } from "../mixins/dispatcher/delivery-log.mixin";
 
 // Moleculer types a mixin with the base Service as `this`; the parts are typed with DispatcherThis.
 const parts = [
-	// event tasking.order_status, action publish; acceptEvent, recordRejection, persistEvents
+	// channel and event tasking.order_status (the dispatcher consumer group), calling ingestOrderStatus
+	OrderStatusIntakeMixin("dispatcher"),
+	// action publish; ingestOrderStatus, acceptEvent, recordRejection, persistEvents
 	IntakeMixin,
 	// events webhooks.updated / removed / rotated; takeLease, enqueue, pump, startAttempt
 	WorkerMixin,

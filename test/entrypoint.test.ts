@@ -8,7 +8,9 @@ import net from "node:net";
 import os from "node:os";
 import path from "node:path";
 import { freePort } from "./helpers/net";
-import { natsEnabled } from "./helpers/services";
+import { connect } from "nats";
+import { natsEnabled, TEST_DATABASE_URL, TEST_NATS_URL } from "./helpers/services";
+import { intakeNames } from "../lib/intake-channel";
 
 const ROOT = path.resolve(__dirname, "..");
 const KEY = Buffer.alloc(32, 7).toString("base64");
@@ -24,12 +26,13 @@ interface Running {
 /** Unset what a developer's shell might carry, so that only the test's variables decide. */
 const CLEAN_ENV = { DATABASE_URL: "", TRANSPORTER: "", SMTP_URL: "", AUTH_JWT_SECRET: "", SECRETS_KEY: "", AUTH_JWKS_URL: "", NODE_ENV: "", REPL: "" };
 
-function run(command: string[], env: Record<string, string>): Running {
-	const child = spawn(command[0], command.slice(1), { cwd: ROOT, env: { ...process.env, ...CLEAN_ENV, LOG_LEVEL: "info", ...env } });
+function run(command: string[], env: Record<string, string>, options: { ownProcessGroup?: boolean } = {}): Running {
+	const child = spawn(command[0], command.slice(1), { cwd: ROOT, detached: options.ownProcessGroup, env: { ...process.env, ...CLEAN_ENV, LOG_LEVEL: "info", ...env } });
 	let output = "";
 	child.stdout!.on("data", chunk => (output += chunk));
 	child.stderr!.on("data", chunk => (output += chunk));
-	const exited = new Promise<number | null>(resolve => child.on("exit", code => resolve(code)));
+	// "close": the process has exited and everything it (or a child holding its pipes) printed is in.
+	const exited = new Promise<number | null>(resolve => child.on("close", code => resolve(code)));
 	return { child, output: () => output, exited };
 }
 
@@ -73,6 +76,42 @@ function holdPort(): Promise<net.Server> {
 }
 
 const portOf = (server: net.Server) => (server.address() as net.AddressInfo).port;
+
+/** A run of `count` loopback ports that were all free a moment ago. */
+async function consecutiveFreePorts(count: number): Promise<number> {
+	const bindable = (port: number) =>
+		new Promise<boolean>(resolve => {
+			const server = net.createServer();
+			server.once("error", () => resolve(false));
+			server.listen(port, "127.0.0.1", () => server.close(() => resolve(true)));
+		});
+	for (let tries = 0; tries < 50; tries++) {
+		const base = 20_000 + Math.floor(Math.random() * 30_000);
+		const free = await Promise.all(Array.from({ length: count }, (_, i) => bindable(base + i)));
+		if (free.every(Boolean)) return base;
+	}
+	throw new Error(`found no ${count} consecutive free ports`);
+}
+
+async function waitFor(condition: () => boolean, running: Running, ms = 60_000): Promise<void> {
+	const deadline = Date.now() + ms;
+	while (!condition()) {
+		if (Date.now() > deadline) throw new Error(`timed out; output:\n${running.output()}`);
+		await sleep(200);
+	}
+}
+
+/** The shared JetStream server keeps streams; a test that made some removes them. */
+async function dropIntakeStreams(namespace: string): Promise<void> {
+	const nats = await connect({ servers: new URL(TEST_NATS_URL).host });
+	try {
+		const manager = await nats.jetstreamManager();
+		const names = intakeNames(namespace);
+		for (const stream of [names.stream, names.deadLetterStream]) await manager.streams.delete(stream).catch(() => undefined);
+	} finally {
+		await nats.close();
+	}
+}
 
 describe("the server process", () => {
 	const dirs: string[] = [];
@@ -122,6 +161,46 @@ describe("the server process", () => {
 		expect(output).not.toMatch(/ERROR|Unable to stop/);
 	});
 
+	const describeCluster = natsEnabled() && process.env.TEST_POSTGRES === "yes" ? describe : describe.skip;
+	describeCluster("npm run cluster (the README's recipe for a cluster without Docker)", () => {
+		it("starts a gateway, two dispatchers and a notifier as processes of their own, and Ctrl-C stops them all", async () => {
+			const opsBase = await consecutiveFreePorts(4);
+			const namespace = `recipe-${process.pid}`;
+			const running = run(["npm", "run", "cluster"], {
+				TRANSPORTER: TEST_NATS_URL,
+				DATABASE_URL: TEST_DATABASE_URL,
+				DATABASE_SCHEMA: `recipe_${process.pid}`,
+				NAMESPACE: namespace,
+				DATA_DIR: dataDir(),
+				HOST: "127.0.0.1",
+				PORT: String(await freePort()),
+				OPS_PORT: String(opsBase),
+			}, { ownProcessGroup: true });
+			try {
+				const expected: Array<[string, string[]]> = [
+					["gateway", ["api", "topics", "webhooks", "users"]],
+					["dispatcher-1", ["dispatcher"]],
+					["dispatcher-2", ["dispatcher"]],
+					["notifier", ["notifier"]],
+				];
+				for (const [i, [role, services]] of expected.entries()) {
+					const report = await waitForHealth(running, opsBase + i, 200, 90_000);
+					expect(report).toMatchObject({ node: `${namespace}-${role}`, services, checks: { transporter: { ok: true }, intake: { ok: true }, database: { ok: true } } });
+				}
+				await waitFor(() => running.output().includes("[cluster] all roles are up"), running);
+				// Ctrl-C in a terminal: SIGINT to the whole foreground process group.
+				process.kill(-running.child.pid!, "SIGINT");
+				await exitWithin(running, 40_000);
+				// Every role drained and stopped: no ops port answers any more.
+				for (let i = 0; i < 4; i++) expect(await health(opsBase + i)).toBeUndefined();
+				expect(running.output().match(/ServiceBroker is stopped/g)).toHaveLength(4);
+			} finally {
+				if (running.child.exitCode === null) process.kill(-running.child.pid!, "SIGKILL");
+				await dropIntakeStreams(namespace);
+			}
+		});
+	});
+
 	const describeWithNats = natsEnabled() ? describe : describe.skip;
 	describeWithNats("with a NATS server of its own", () => {
 		let nats: ChildProcess | undefined;
@@ -145,6 +224,34 @@ describe("the server process", () => {
 			await gone;
 		};
 		afterEach(stopNats);
+
+		it("stops within its bound on SIGTERM while NATS is down, instead of hanging until SIGKILL", async () => {
+			const natsPort = await freePort();
+			await startNats(natsPort, dataDir());
+			const opsPort = await freePort();
+			const running = run(["node", "--import", "tsx", "server.ts"], {
+				SERVICES: "topics,dispatcher,notifier",
+				TRANSPORTER: `nats://127.0.0.1:${natsPort}`,
+				NAMESPACE: `entry-down-${process.pid}`,
+				DATA_DIR: dataDir(),
+				HOST: "127.0.0.1",
+				OPS_PORT: String(opsPort),
+			});
+			try {
+				await waitForHealth(running, opsPort, 200);
+				await stopNats();
+				// The node sees NATS gone (it keeps trying to reconnect meanwhile).
+				await waitForHealth(running, opsPort, 503, 20_000);
+				const asked = Date.now();
+				running.child.kill("SIGTERM");
+				const code = await exitWithin(running, 40_000);
+				console.log(`SIGTERM with NATS down: exit ${code} after ${Date.now() - asked} ms`);
+				expect(code).toBe(0);
+				expect(running.output()).toMatch(/ServiceBroker is stopped/);
+			} finally {
+				if (running.child.exitCode === null) running.child.kill("SIGKILL");
+			}
+		});
 
 		it("answers 503 and exits non-zero once NATS closes the connection for good (credentials no longer accepted)", async () => {
 			const natsPort = await freePort();

@@ -1,6 +1,7 @@
-// Dispatcher intake: how an order status event becomes persisted deliveries. Events arrive as
-// the `tasking.order_status` broker event (fire and forget) or through the `publish`
-// action (acknowledged). Both validate the event, record a rejected one in
+// Dispatcher intake: how an order status event becomes persisted deliveries. Events arrive from
+// the durable channel (cluster mode) or as the `tasking.order_status` broker event, both through
+// mixins/order-status-intake.mixin.ts, or through the `publish` action (acknowledged). All
+// validate the event, record a rejected one in
 // `delivery_rejected_events`, and hand the valid ones to a micro-batcher (`this.intake`), which
 // writes each batch in one transaction: one message per new event_id, one delivery per subscribed
 // webhook. A delivery is leased to this instance in that same insert when the worker has room,
@@ -11,8 +12,8 @@ import type { Knex } from "knex";
 import { z } from "zod";
 import { nowIso } from "../db.mixin";
 import { validationError, zodParams } from "../validation";
-import { invalidField } from "../../lib/errors";
-import { retryOnDependencyFailure } from "../../lib/dependency-retry";
+import { invalidField, isDependencyFailure } from "../../lib/errors";
+import { ORDER_STATUS_CHANNEL } from "../../lib/intake-channel";
 import { timeOrderedUuid } from "../../lib/ids";
 import { sqliteConnectionOf } from "../../lib/sqlite-statements";
 import { chunks } from "../../lib/sql-rows";
@@ -20,8 +21,6 @@ import { TASKING_ORDER_STATUS_EVENT, TASKING_ORDER_STATUS_TOPIC, TaskingOrderSta
 import type { Subscriber } from "../../lib/schemas/webhooks";
 import { orderStatusMessage, type PublishResult } from "../../lib/schemas/deliveries";
 import {
-	DEPENDENCY_RETRIES,
-	DEPENDENCY_RETRY_MS,
 	REJECTED_EXCERPT_CHARS,
 	ROWS_PER_STATEMENT,
 	type DispatcherMixin,
@@ -36,6 +35,12 @@ import {
 /** PostgreSQL text cannot hold NUL characters, and a rejected payload may contain anything. */
 const storable = (text: string, max: number) => text.replaceAll("\u0000", "").slice(0, max);
 
+/** An object event without event_id gets one here, before it is handed to anyone. */
+function withEventId(payload: unknown): unknown {
+	if (!payload || typeof payload !== "object" || Array.isArray(payload) || (payload as { event_id?: unknown }).event_id !== undefined) return payload;
+	return { ...payload, event_id: timeOrderedUuid() };
+}
+
 function excerptOf(payload: unknown): string {
 	let text: string;
 	try {
@@ -49,44 +54,49 @@ function excerptOf(payload: unknown): string {
 export const IntakeMixin: DispatcherMixin = {
 	actions: {
 		/**
-		 * Acknowledged intake of a tasking order status event: answers once the message and its
-		 * deliveries are persisted. An invalid event is recorded as rejected and answered with 422.
+		 * Acknowledged intake for a caller that wants the outcome: answers once the message and
+		 * its deliveries are persisted, and once the notifier has the event too (through the
+		 * durable channel in cluster mode, in-process in the embedded mode). An invalid event is
+		 * recorded as rejected and answered with 422.
 		 */
 		publish: {
 			visibility: "public",
 			// Checked in the handler, so that a rejected payload is recorded before the 422.
 			params: zodParams(z.unknown()),
 			async handler(this: DispatcherThis, ctx: Context<unknown>): Promise<PublishResult> {
-				return this.acceptEvent(ctx.params, "publish", ctx);
-			},
-		},
-	},
-
-	events: {
-		[TASKING_ORDER_STATUS_EVENT]: {
-			// Never throws: a bad or undeliverable event is logged (and recorded), not retried.
-			async handler(this: DispatcherThis, ctx: Context<unknown>) {
-				await this.receiveEvent(ctx);
+				// One id for both consumers, so that either one recognises a repeat.
+				const event = withEventId(ctx.params);
+				const result = await this.acceptEvent(event, "publish", ctx);
+				await this.handToNotifier(event, ctx);
+				return result;
 			},
 		},
 	},
 
 	methods: {
-		async receiveEvent(this: DispatcherThis, ctx: Context<unknown>): Promise<void> {
+		/** See mixins/order-status-intake.mixin.ts: persists, or records a rejection; throws only on a dependency failure. */
+		async ingestOrderStatus(this: DispatcherThis, payload: unknown, source: EventSource, ctx?: Context): Promise<void> {
 			try {
-				await retryOnDependencyFailure(() => this.acceptEvent(ctx.params, "event", ctx), {
-					attempts: DEPENDENCY_RETRIES,
-					delayMs: DEPENDENCY_RETRY_MS,
-					stopping: () => this.stopping,
-				});
+				await this.acceptEvent(payload, source, ctx);
 			} catch (err) {
-				if (err instanceof Errors.MoleculerClientError) return; // rejected: already logged and recorded
-				this.logger.error(`A ${TASKING_ORDER_STATUS_EVENT} event could not be processed and is lost`, err);
+				// A rejection was recorded before the client error was thrown: nothing to redo.
+				if (err instanceof Errors.MoleculerClientError) return;
+				throw err;
 			}
 		},
 
+		/**
+		 * The notifier consumes the same events on its own. In cluster mode the channel keeps the
+		 * event for its group (ours sees a repeat and skips it); embedded, it is in this process.
+		 */
+		async handToNotifier(this: DispatcherThis, event: unknown, ctx: Context): Promise<void> {
+			const send = (this.broker as { sendToChannel?: (channel: string, payload: unknown) => Promise<void> }).sendToChannel;
+			if (send) await send.call(this.broker, ORDER_STATUS_CHANNEL, event);
+			else await ctx.emit(TASKING_ORDER_STATUS_EVENT, event, { groups: ["notifier"] });
+		},
+
 		/** Validates, resolves the customer and hands the event to the batched writer. */
-		async acceptEvent(this: DispatcherThis, payload: unknown, source: EventSource, ctx: Context): Promise<PublishResult> {
+		async acceptEvent(this: DispatcherThis, payload: unknown, source: EventSource, ctx?: Context): Promise<PublishResult> {
 			const parsed = TaskingOrderStatusEvent.safeParse(payload);
 			if (!parsed.success) {
 				const error = validationError(parsed.error);
@@ -98,7 +108,7 @@ export const IntakeMixin: DispatcherMixin = {
 			let customerId = event.customer_id;
 			if (!customerId) {
 				try {
-					const user: { customer_id: string } = await ctx.call("users.get", { userId: event.user_id });
+					const user: { customer_id: string } = await (ctx ?? this.broker).call("users.get", { userId: event.user_id });
 					customerId = user.customer_id;
 				} catch (err) {
 					if ((err as { code?: number }).code !== 404) throw err;
@@ -129,6 +139,8 @@ export const IntakeMixin: DispatcherMixin = {
 					received_at: nowIso(),
 				});
 			} catch (err) {
+				// Unrecorded, the rejection would vanish: let the channel redeliver, or the caller retry.
+				if (isDependencyFailure(err)) throw err;
 				this.logger.error("Could not record a rejected event", err);
 			}
 		},

@@ -32,7 +32,6 @@ export const RESULT_LINGER_MS = 5;
 // Rows per multi-row statement: stays far below SQLite's and PostgreSQL's bind-variable limits.
 export const ROWS_PER_STATEMENT = 200;
 export const REJECTED_EXCERPT_CHARS = 2_000;
-export const DEPENDENCY_RETRIES = 3;
 export const DEPENDENCY_RETRY_MS = 1_000;
 
 export interface MessageRow {
@@ -118,7 +117,7 @@ export interface IntakeItem {
 	occurredAt: string;
 }
 
-export type EventSource = "event" | "publish";
+export type EventSource = "event" | "publish" | "channel";
 
 export interface TenantMeta {
 	customerId?: string;
@@ -151,8 +150,9 @@ export type DispatcherThis = DbServiceThis & {
 	};
 
 	// intake.mixin.ts
-	receiveEvent(ctx: Context<unknown>): Promise<void>;
-	acceptEvent(payload: unknown, source: EventSource, ctx: Context): Promise<PublishResult>;
+	ingestOrderStatus(payload: unknown, source: EventSource, ctx?: Context): Promise<void>;
+	handToNotifier(event: unknown, ctx: Context): Promise<void>;
+	acceptEvent(payload: unknown, source: EventSource, ctx?: Context): Promise<PublishResult>;
 	recordRejection(source: EventSource, payload: unknown, reason: string): Promise<void>;
 	persistEvents(items: IntakeItem[]): Promise<PublishResult[]>;
 	insertMessages(trx: Knex.Transaction, rows: MessageRow[]): Promise<Set<string>>;

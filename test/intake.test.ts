@@ -1,0 +1,166 @@
+// Event intake in both modes, seen from the producers' side: every documented path reaches both
+// consumers (webhook deliveries and email), an event without event_id gets one id that both
+// agree on, and a bad event is recorded as rejected once, not redelivered forever.
+// The fault tests (test/cluster*.test.ts) kill and cut things; this suite checks the contract.
+import crypto from "node:crypto";
+import { ServiceBroker } from "moleculer";
+import { startDeliveryStack, type DeliveryStack } from "./helpers/delivery-stack";
+import { natsEnabled, TEST_NATS_URL } from "./helpers/services";
+import { intakeMiddlewares, intakeNames, INTAKE_GROUPS, stableEventId } from "../lib/intake-channel";
+import { parseConfig } from "../lib/config";
+import { connect } from "nats";
+import type { OutboxEntry } from "../services/notifier.service";
+
+const TOPIC = "tasking:order_status";
+const sleep = (ms: number) => new Promise(resolve => setTimeout(resolve, ms));
+
+async function eventually<T>(what: string, probe: () => Promise<T | undefined>, ms = 20_000): Promise<T> {
+	const deadline = Date.now() + ms;
+	for (;;) {
+		const value = await probe();
+		if (value !== undefined) return value;
+		if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+		await sleep(50);
+	}
+}
+
+async function optIn(env: DeliveryStack, sub: string): Promise<string> {
+	const token = await env.stack.token(sub, { email: `${sub}@example.com`, name: sub });
+	const response = await env.stack.request("PUT", "/id/v3/user/settings", { token, body: { notifications: [{ category: "tasking", settings: [{ topic: TOPIC, email: true }] }] } });
+	expect(response.status).toBe(200);
+	return token;
+}
+
+const fulfilledOrder = (userId: string, customerId: string) => ({
+	customer_id: customerId,
+	user_id: userId,
+	order_id: `ord-${crypto.randomBytes(4).toString("hex")}`,
+	status: "fulfilled",
+});
+
+async function outboxFor(env: DeliveryStack, userId: string): Promise<OutboxEntry[]> {
+	const entries: OutboxEntry[] = await env.stack.app.broker.call("notifier.outbox", { limit: 500 });
+	return entries.filter(entry => entry.user_id === userId);
+}
+
+async function deliveredEventIds(env: DeliveryStack, webhookId: string): Promise<string[]> {
+	return (await env.stack.db("deliveries").where({ webhook_id: webhookId }).select("event_id")).map((row: { event_id: string }) => row.event_id);
+}
+
+describe("intake, embedded mode", () => {
+	let env: DeliveryStack;
+	beforeAll(async () => {
+		env = await startDeliveryStack("sqlite", { env: { MAIL_POLL_INTERVAL: "100ms" } });
+	});
+	afterAll(() => env?.stop());
+
+	it("dispatcher.publish reaches the notifier too, under the event_id it answers with", async () => {
+		const token = await optIn(env, "pub-alice");
+		const webhook = await env.createWebhook(token);
+		const customerId = (await env.stack.request("GET", "/id/v3/user/details", { token })).body.customer_id ?? "pub-alice";
+		const answer: { event_id: string; deliveries: number } = await env.stack.app.broker.call("dispatcher.publish", fulfilledOrder("pub-alice", customerId));
+		expect(answer.deliveries).toBe(1);
+		const [email] = await eventually("the email", async () => {
+			const rows = await outboxFor(env, "pub-alice");
+			return rows.length ? rows : undefined;
+		});
+		expect(email.event_id).toBe(answer.event_id);
+		await eventually("the delivery", async () => (env.received(webhook).length ? true : undefined));
+		expect(await deliveredEventIds(env, webhook.id)).toEqual([answer.event_id]);
+	});
+});
+
+const describeWithNats = natsEnabled() && process.env.TEST_POSTGRES === "yes" ? describe : describe.skip;
+
+describeWithNats("intake, cluster mode on JetStream", () => {
+	const namespace = `intake-${crypto.randomBytes(4).toString("hex")}`;
+	let env: DeliveryStack;
+	let producer: ServiceBroker;
+
+	beforeAll(async () => {
+		env = await startDeliveryStack("postgres", { env: { TRANSPORTER: TEST_NATS_URL, NAMESPACE: namespace, NODE_ID: `${namespace}-all`, MAIL_POLL_INTERVAL: "100ms" } });
+		producer = new ServiceBroker({ namespace, nodeID: `${namespace}-producer`, transporter: TEST_NATS_URL, logger: false, middlewares: intakeMiddlewares(parseConfig({ TRANSPORTER: TEST_NATS_URL, NAMESPACE: namespace })) });
+		await producer.start();
+	});
+
+	afterAll(async () => {
+		await producer?.stop();
+		await env?.stop();
+		// Leave the shared JetStream server as it was.
+		const nats = await connect({ servers: new URL(TEST_NATS_URL).host });
+		const manager = await nats.jetstreamManager();
+		const names = intakeNames(namespace);
+		for (const stream of [names.stream, names.deadLetterStream]) await manager.streams.delete(stream).catch(() => undefined);
+		await nats.close();
+	});
+
+	it("provisions the stream and a durable consumer per group, starting at the first event", async () => {
+		const nats = await connect({ servers: new URL(TEST_NATS_URL).host });
+		try {
+			const manager = await nats.jetstreamManager();
+			const names = intakeNames(namespace);
+			expect((await manager.streams.info(names.stream)).config.subjects).toEqual([`${namespace}.tasking.order_status`]);
+			for (const group of INTAKE_GROUPS) {
+				const consumer = await manager.consumers.info(names.stream, group);
+				expect(consumer.config).toMatchObject({ durable_name: group, deliver_policy: "all", ack_policy: "explicit", filter_subject: names.subject });
+			}
+		} finally {
+			await nats.close();
+		}
+	});
+
+	it("delivers an event sent to the channel as a webhook and an email, under one derived event_id", async () => {
+		const token = await optIn(env, "chan-bob");
+		const webhook = await env.createWebhook(token);
+		const customerId = (await env.stack.request("GET", "/id/v3/user/details", { token })).body.customer_id ?? "chan-bob";
+		// No event_id: both groups derive the same one from the stored message.
+		await (producer as unknown as { sendToChannel(channel: string, payload: unknown): Promise<void> }).sendToChannel("tasking.order_status", fulfilledOrder("chan-bob", customerId));
+		await eventually("the delivery", async () => (env.received(webhook).length ? true : undefined));
+		const [email] = await eventually("the email", async () => {
+			const rows = await outboxFor(env, "chan-bob");
+			return rows.length ? rows : undefined;
+		});
+		expect(email.event_id).toMatch(/^[0-9a-f]{8}-[0-9a-f]{4}-8[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/);
+		expect(await deliveredEventIds(env, webhook.id)).toEqual([email.event_id]);
+	});
+
+	it("dispatcher.publish hands the event to the notifier through the channel", async () => {
+		const token = await optIn(env, "chan-carol");
+		const customerId = (await env.stack.request("GET", "/id/v3/user/details", { token })).body.customer_id ?? "chan-carol";
+		const answer: { event_id: string } = await env.stack.app.broker.call("dispatcher.publish", fulfilledOrder("chan-carol", customerId));
+		const [email] = await eventually("the email", async () => {
+			const rows = await outboxFor(env, "chan-carol");
+			return rows.length ? rows : undefined;
+		});
+		expect(email.event_id).toBe(answer.event_id);
+	});
+
+	it("records an event that can never be valid once per consumer, acknowledges it, and does not see it again", async () => {
+		const marker = `bad-${crypto.randomBytes(4).toString("hex")}`;
+		await (producer as unknown as { sendToChannel(channel: string, payload: unknown): Promise<void> }).sendToChannel("tasking.order_status", { user_id: marker, status: "teleported" });
+		const rejectedBy = async () => ({
+			dispatcher: (await env.stack.db("delivery_rejected_events").where("excerpt", "like", `%${marker}%`)).length,
+			notifier: (await env.stack.db("email_rejected_events").where("payload", "like", `%${marker}%`)).length,
+		});
+		await eventually("both rejections", async () => {
+			const counts = await rejectedBy();
+			return counts.dispatcher && counts.notifier ? counts : undefined;
+		});
+		// Well past an immediate redelivery: still one record each.
+		await sleep(3_000);
+		expect(await rejectedBy()).toEqual({ dispatcher: 1, notifier: 1 });
+		const [row] = await env.stack.db("delivery_rejected_events").where("excerpt", "like", `%${marker}%`);
+		expect(row.source).toBe("channel");
+	});
+});
+
+describe("stableEventId", () => {
+	it("is a version 8 UUID fixed by the stream, the sequence and the store time", () => {
+		const info = { stream: "s", streamSequence: 42, timestampNanos: 1_700_000_000_000_000_000 };
+		expect(stableEventId(info)).toBe(stableEventId({ ...info }));
+		expect(stableEventId(info)).not.toBe(stableEventId({ ...info, streamSequence: 43 }));
+		// A stream recreated from scratch restarts its sequence, but not its clock.
+		expect(stableEventId(info)).not.toBe(stableEventId({ ...info, timestampNanos: info.timestampNanos + 1_000_000 }));
+		expect(stableEventId(info)).toMatch(/^[0-9a-f]{8}-[0-9a-f]{4}-8[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/);
+	});
+});
