@@ -117,6 +117,8 @@ export interface EmailFigures {
 }
 
 const sleep = (ms: number) => new Promise(resolve => setTimeout(resolve, ms));
+/** A producer's attempts at one send before it gives up (and the test fails). */
+const SEND_ATTEMPTS = 20;
 
 /** Polls until `done(value)`; the bound only turns a hang into a failure, it is no speed check. */
 export async function eventually<T>(read: () => T | Promise<T>, done: (value: T) => boolean, what: string, boundMs = 60_000): Promise<T> {
@@ -175,6 +177,10 @@ export class Cluster {
 	private readonly producers: ServiceBroker[] = [];
 	private readonly scripts = new Map<string, { answers: Array<ScriptedResponse | Responder>; fallback: ScriptedResponse | Responder }>();
 	private webhookCounter = 0;
+	/** Sends to the channel that were rejected and made again (see send()). */
+	sendRetries = 0;
+	/** Events stored in JetStream so far, across every send() (to say where a fault landed). */
+	sentSoFar = 0;
 	private closed = false;
 
 	private constructor(readonly options: ClusterOptions) {
@@ -364,18 +370,34 @@ export class Cluster {
 
 	/**
 	 * Sends the events to the channel from an outside node, `concurrency` at a time. Every
-	 * resolved send is stored in JetStream; returns how many were sent.
+	 * resolved send is stored in JetStream. A rejected send is sent again, as the README tells
+	 * producers to: a rejection (a timeout just after NATS came back, say) does not prove the
+	 * event was not stored, which is why every event carries its event_id. Returns how many
+	 * events were sent; `sendRetries` counts the sends that had to be repeated. `gapMs` paces
+	 * each of the `concurrency` senders, so that a fault can land while events still come in.
 	 */
-	async send(events: TaskingOrderStatusInput[], options: { producer?: ServiceBroker; concurrency?: number } = {}): Promise<number> {
+	async send(events: TaskingOrderStatusInput[], options: { producer?: ServiceBroker; concurrency?: number; gapMs?: number } = {}): Promise<number> {
 		const broker = options.producer ?? this.producers[0] ?? (await this.producer());
+		const sendToChannel = (payload: unknown) => (broker as unknown as { sendToChannel(name: string, payload: unknown): Promise<void> }).sendToChannel(TASKING_ORDER_STATUS_EVENT, payload);
 		const concurrency = options.concurrency ?? 50;
 		let next = 0;
 		let sent = 0;
 		const worker = async () => {
 			while (next < events.length) {
 				const event = events[next++];
-				await (broker as unknown as { sendToChannel(name: string, payload: unknown): Promise<void> }).sendToChannel(TASKING_ORDER_STATUS_EVENT, event);
+				for (let attempt = 1; ; attempt++) {
+					try {
+						await sendToChannel(event);
+						break;
+					} catch (err) {
+						if (attempt >= SEND_ATTEMPTS) throw err;
+						this.sendRetries += 1;
+						await sleep(500);
+					}
+				}
 				sent += 1;
+				this.sentSoFar += 1;
+				if (options.gapMs) await sleep(options.gapMs);
 			}
 		};
 		await Promise.all(Array.from({ length: Math.min(concurrency, events.length) }, worker));
