@@ -6,10 +6,13 @@
 // writes caught mid-flight either happened entirely (201) or not at all (503); /health says 503.
 // Once the relay is back, the same processes (no restart) serve requests again, and events sent
 // to the channel during the outage are all delivered, webhooks and emails alike.
+import fs from "node:fs";
 import type { Knex } from "knex";
 import {
 	Cluster,
 	eventually,
+	emailWorthy,
+	orderEvents,
 	printFigures,
 	withClusterLogs,
 	type ClusterWebhook,
@@ -17,6 +20,11 @@ import {
 } from "./helpers/cluster";
 
 const CUSTOMER = "outage-co";
+/** The customer whose creates are caught by the cut (its webhooks get none of the events). */
+const LANES_CUSTOMER = "lanes-co";
+const OUTAGE_EVENTS = 100;
+/** Tables the events taken in after the outage write to; the rest must not change at all. */
+const INTAKE_TABLE = /^(deliver|email_)/;
 const CREATE_LANES = 6;
 
 /** Everything in the cluster's tables, to show that a refused write left nothing behind. */
@@ -51,6 +59,7 @@ function expectOpaque503(answer: HttpAnswer, cluster: Cluster, what: string): vo
 describe("cluster fault 5: PostgreSQL unreachable behind a relay", () => {
 	let cluster: Cluster | undefined;
 	let token: string;
+	let lanesToken: string;
 	let webhook: ClusterWebhook;
 
 	beforeAll(async () => {
@@ -61,6 +70,9 @@ describe("cluster fault 5: PostgreSQL unreachable behind a relay", () => {
 			token = await c.token("olive", { customer: CUSTOMER, email: "olive@example.com", name: "Olive" });
 			await c.optInToEmail(token);
 			webhook = await c.createWebhook(token, CUSTOMER);
+			lanesToken = await c.token("lane", { customer: LANES_CUSTOMER });
+			// Known before the snapshot: a first request writes the user's row.
+			expect((await c.request("GET", "/id/v3/user/details", { token: lanesToken })).status).toBe(200);
 		});
 	}, 120_000);
 	afterAll(() => cluster?.close(), 60_000);
@@ -77,7 +89,7 @@ describe("cluster fault 5: PostgreSQL unreachable behind a relay", () => {
 			const lane = async (laneNumber: number) => {
 				for (let index = 0; !cut; index++) {
 					const body = { name: `lane ${laneNumber} #${index}`, url: `${c.receiver.url}/outage/${laneNumber}/${index}`, events: ["tasking:order_status"] };
-					createAnswers.push({ ...(await c.request("POST", "/id/v3/webhooks", { token, body })), name: body.name });
+					createAnswers.push({ ...(await c.request("POST", "/id/v3/webhooks", { token: lanesToken, body })), name: body.name });
 				}
 			};
 			const lanes = Array.from({ length: CREATE_LANES }, (_, laneNumber) => lane(laneNumber));
@@ -88,6 +100,11 @@ describe("cluster fault 5: PostgreSQL unreachable behind a relay", () => {
 			for (const [index, answer] of createAnswers.entries()) {
 				if (answer.status !== 201) expectOpaque503(answer, c, `create ${index} caught by the cut`);
 			}
+
+			// Events keep coming while the database is gone: JetStream stores them, and the
+			// consumers, unable to persist, ask for them again later instead of dropping them.
+			const outageEvents = orderEvents(OUTAGE_EVENTS, { customer: CUSTOMER, users: ["olive"], prefix: "outage" });
+			const sent = await c.send(outageEvents);
 
 			// Every kind of request while it stays down.
 			const during: Array<[string, Promise<HttpAnswer>]> = [
@@ -114,8 +131,9 @@ describe("cluster fault 5: PostgreSQL unreachable behind a relay", () => {
 				expect({ role: role.name, status: health?.status, database: health?.body?.checks?.database?.ok }).toEqual({ role: role.name, status: 503, database: false });
 			}
 
+			expect(c.deliveredCount([webhook])).toBe(0);
 			await c.relay!.restore();
-			await eventually(() => c.request("GET", "/id/v3/webhooks?per_page=100", { token }), answer => answer.status === 200, "the API to answer again");
+			await eventually(() => c.request("GET", "/id/v3/webhooks?per_page=100", { token: lanesToken }), answer => answer.status === 200, "the API to answer again");
 			for (const role of c.roles.values()) await eventually(() => role.health(), health => health?.status === 200, `${role.name} to be healthy again`);
 			// The same processes recovered: nothing was restarted.
 			expect([...c.roles.values()].map(role => role.pid)).toEqual(pids);
@@ -139,24 +157,44 @@ describe("cluster fault 5: PostgreSQL unreachable behind a relay", () => {
 			const requested = new Set([webhook.id, ...createAnswers.map(answer => answer.name)]);
 			expect(afterWebhooks.filter(row => !requested.has(row.name as string) && row.id !== webhook.id)).toEqual([]);
 			for (const row of afterWebhooks) {
-				expect(row).toMatchObject({ customer_id: CUSTOMER, url: expect.stringMatching(/^https:/), secret_envelope: expect.any(String), events: '["tasking:order_status"]' });
+				expect(row).toMatchObject({ customer_id: expect.stringMatching(new RegExp(`^(${CUSTOMER}|${LANES_CUSTOMER})$`)), url: expect.stringMatching(/^https:/), secret_envelope: expect.any(String), events: '["tasking:order_status"]' });
 			}
 			expect(after.webhooks).toEqual(expect.arrayContaining(before.webhooks));
-			for (const table of Object.keys(before).filter(name => name !== "webhooks")) expect({ table, rows: after[table] }).toEqual({ table, rows: before[table] });
-			const listed = await c.request("GET", "/id/v3/webhooks?per_page=100", { token });
-			expect(listed.body.webhooks.map((row: { name: string }) => row.name).sort()).toEqual([...stored.keys()].sort());
+			for (const table of Object.keys(before).filter(name => name !== "webhooks" && !INTAKE_TABLE.test(name))) {
+				expect({ table, rows: after[table] }).toEqual({ table, rows: before[table] });
+			}
+			const listed = await c.request("GET", "/id/v3/webhooks?per_page=100", { token: lanesToken });
+			expect(listed.body.webhooks.map((row: { name: string }) => row.name).sort()).toEqual(afterWebhooks.filter(row => row.customer_id === LANES_CUSTOMER).map(row => row.name as string).sort());
 			const created = createAnswers.filter(answer => answer.status === 201);
 
 			// And writes work again, through the same gateway.
-			const again = await c.request("POST", "/id/v3/webhooks", { token, body: { name: "after outage", url: `${c.receiver.url}/after`, events: ["tasking:order_status"] } });
+			const again = await c.request("POST", "/id/v3/webhooks", { token: lanesToken, body: { name: "after outage", url: `${c.receiver.url}/after`, events: ["tasking:order_status"] } });
 			expect(again.status).toBe(201);
 
-			printFigures("fault 5 (PostgreSQL cut): API", {
+			// The events sent during the outage all arrive, through the same processes.
+			await c.waitForDeliveries([webhook], outageEvents, 120_000);
+			const expectedEmails = emailWorthy(outageEvents, "olive");
+			await c.waitForEmails(expectedEmails, outageEvents, 120_000);
+			const deliveries = c.deliveryFigures([webhook], outageEvents, sent);
+			const emails = c.emailFigures(expectedEmails, outageEvents);
+			// Both consumers did try while the database was gone, and asked JetStream to wait.
+			for (const name of ["dispatcher", "notifier"]) {
+				expect({ name, askedForRedelivery: fs.readFileSync(c.role(name).logFile, "utf8").includes("JetStream redelivers it") }).toEqual({ name, askedForRedelivery: true });
+			}
+			// Waiting for the database is not a reason to reject (or dead-letter) an event.
+			expect(await c.db("delivery_rejected_events").count({ count: "*" }).then(([row]) => Number(row.count))).toBe(0);
+			expect(await c.db("email_rejected_events").count({ count: "*" }).then(([row]) => Number(row.count))).toBe(0);
+			expect(deliveries).toMatchObject({ sent: OUTAGE_EVENTS, lost: 0, bad_signatures: 0, unexpected: 0, split_deliveries: 0 });
+			expect(emails).toMatchObject({ expected: expectedEmails.length, lost: 0, unexpected: 0 });
+
+			printFigures("fault 5: PostgreSQL cut", {
 				creates: createAnswers.length,
 				created: created.length,
 				answered_503: createAnswers.length - created.length,
 				committed_despite_503: committedDespite503,
 				half_written: 0,
+				events_sent_during_outage: deliveries,
+				emails,
 				restarts: 0,
 			});
 		});
