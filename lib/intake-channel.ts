@@ -11,7 +11,7 @@
 import crypto from "node:crypto";
 import { Middleware as ChannelsMiddleware } from "@moleculer/channels";
 import type { Middleware, ServiceBroker } from "moleculer";
-import { connect, nanos, type ConsumerConfig, type JetStreamManager, type NatsConnection, type StreamConfig } from "nats";
+import { connect, headers, nanos, type MsgHdrs, type ConsumerConfig, type JetStreamManager, type NatsConnection, type StreamConfig } from "nats";
 import type { AppConfig } from "./config";
 
 export const ORDER_STATUS_CHANNEL = "tasking.order_status";
@@ -80,9 +80,10 @@ export function intakeChannelSettings(group: IntakeGroup) {
 	return {
 		group,
 		maxInFlight: INTAKE_MAX_IN_FLIGHT,
-		// At this many deliveries the adapter moves the event to the dead-letter stream.
 		maxRetries: INTAKE_MAX_DELIVERIES,
-		deadLettering: { enabled: true, queueName: `${ORDER_STATUS_CHANNEL}.${DEAD_LETTER_SUFFIX}` },
+		// Our handler dead-letters by itself (deadLetter below): the adapter's own way acknowledges
+		// the event even when moving it failed, which would lose it.
+		deadLettering: { enabled: false },
 		// The same stream settings as provisionIntake, so the adapter's own "add" is a no-op.
 		nats: { streamConfig: STREAM_SETTINGS },
 	};
@@ -153,6 +154,25 @@ export function intakeMiddlewares(config: AppConfig): Middleware[] {
 		},
 	} as unknown as Parameters<typeof ChannelsMiddleware>[0]) as unknown as Middleware;
 	return [provisioning as unknown as Middleware, channels];
+}
+
+/** The header that names the consumer group that gave an event up. */
+export const DEAD_LETTER_GROUP_HEADER = "x-original-group";
+
+interface ChannelAdapter {
+	client?: { publish(subject: string, data: Uint8Array, options?: { headers?: MsgHdrs }): Promise<unknown> };
+}
+
+/**
+ * Stores an event that a group gave up on in the dead-letter stream, with the group's name.
+ * Resolves once JetStream has stored it; rejects otherwise, and the caller keeps the event.
+ */
+export async function deadLetter(broker: ServiceBroker, namespace: string, group: IntakeGroup, event: unknown): Promise<void> {
+	const client = (broker as unknown as { channelAdapter?: ChannelAdapter }).channelAdapter?.client;
+	if (!client) throw new Error("the intake channel is not connected");
+	const marks = headers();
+	marks.set(DEAD_LETTER_GROUP_HEADER, group);
+	await client.publish(intakeNames(namespace).deadLetterSubject, Buffer.from(JSON.stringify(event)), { headers: marks });
 }
 
 interface JetStreamMessageInfo {

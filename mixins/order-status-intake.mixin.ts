@@ -5,15 +5,18 @@
 //     emitted event has nobody to redeliver it.
 // The service supplies `ingestOrderStatus`, which persists the event (or records it as rejected)
 // and throws only when a dependency failed, so that trying again later can succeed.
-import type { Context, ServiceSchema } from "moleculer";
+import type { Context, ServiceBroker, ServiceSchema } from "moleculer";
 import { retryOnDependencyFailure } from "../lib/dependency-retry";
 import { isDependencyFailure } from "../lib/errors";
-import { INTAKE_MAX_DELIVERIES, intakeChannelSettings, ORDER_STATUS_CHANNEL, redeliveryDelayMs, stableEventId, type IntakeGroup } from "../lib/intake-channel";
+import { deadLetter, INTAKE_MAX_DELIVERIES, intakeChannelSettings, ORDER_STATUS_CHANNEL, redeliveryDelayMs, stableEventId, type IntakeGroup } from "../lib/intake-channel";
+import type { AppConfig } from "../lib/config";
 import { TASKING_ORDER_STATUS_EVENT } from "../lib/schemas/events";
 
 export type IntakeSource = "channel" | "event";
 
 export interface OrderStatusIntakeThis {
+	broker: ServiceBroker;
+	config: AppConfig;
 	stopping: boolean;
 	logger: { error(...args: unknown[]): void; warn(...args: unknown[]): void };
 	ingestOrderStatus(payload: unknown, source: IntakeSource, ctx?: Context): Promise<void>;
@@ -69,18 +72,25 @@ export function OrderStatusIntakeMixin(group: IntakeGroup): Partial<ServiceSchem
 
 		methods: {
 			/**
-			 * Returning acknowledges the message. A dependency failure asks JetStream for a later
-			 * redelivery, backing off; at the bound, throwing hands the event to the adapter, which
-			 * moves it to the dead-letter stream.
+			 * Returning acknowledges the message. A failure asks JetStream for a later redelivery,
+			 * backing off; at the bound the event moves to the dead-letter stream (with its event_id,
+			 * so that a replay is still recognised as a repeat), and only once it is stored there
+			 * is the message acknowledged.
 			 */
 			async receiveOrderStatus(this: OrderStatusIntakeThis, payload: unknown, message: JetStreamMessage): Promise<void> {
+				const event = withEventId(payload, message);
 				try {
-					await this.ingestOrderStatus(withEventId(payload, message), "channel");
+					await this.ingestOrderStatus(event, "channel");
 				} catch (err) {
 					const deliveries = message.info.redeliveryCount;
 					if (deliveries >= INTAKE_MAX_DELIVERIES) {
-						this.logger.error(`A ${TASKING_ORDER_STATUS_EVENT} event failed ${deliveries} times; moving it to the dead-letter stream`, err);
-						throw err;
+						try {
+							await deadLetter(this.broker, this.config.NAMESPACE, group, event);
+							this.logger.error(`A ${TASKING_ORDER_STATUS_EVENT} event failed ${deliveries} times; moved it to the dead-letter stream (npm run replay-dead-letters)`, err);
+							return;
+						} catch (moveErr) {
+							this.logger.error(`A ${TASKING_ORDER_STATUS_EVENT} event failed ${deliveries} times and could not be dead-lettered; it stays in the stream`, moveErr);
+						}
 					}
 					const delay = redeliveryDelayMs(deliveries);
 					const reason = isDependencyFailure(err) ? "a dependency is unavailable" : "an unexpected error";

@@ -6,7 +6,9 @@ import crypto from "node:crypto";
 import { ServiceBroker } from "moleculer";
 import { startDeliveryStack, type DeliveryStack } from "./helpers/delivery-stack";
 import { natsEnabled, TEST_NATS_URL } from "./helpers/services";
-import { intakeMiddlewares, intakeNames, INTAKE_GROUPS, stableEventId } from "../lib/intake-channel";
+import { deadLetter, intakeMiddlewares, intakeNames, INTAKE_GROUPS, stableEventId } from "../lib/intake-channel";
+import { spawn } from "node:child_process";
+import path from "node:path";
 import { parseConfig } from "../lib/config";
 import { connect } from "nats";
 import type { OutboxEntry } from "../services/notifier.service";
@@ -41,6 +43,16 @@ const fulfilledOrder = (userId: string, customerId: string) => ({
 async function outboxFor(env: DeliveryStack, userId: string): Promise<OutboxEntry[]> {
 	const entries: OutboxEntry[] = await env.stack.app.broker.call("notifier.outbox", { limit: 500 });
 	return entries.filter(entry => entry.user_id === userId);
+}
+
+function runScript(command: string[], env: Record<string, string>): Promise<{ code: number | null; output: string }> {
+	return new Promise(resolve => {
+		const child = spawn(command[0], command.slice(1), { cwd: path.resolve(__dirname, ".."), env: { ...process.env, ...env } });
+		let output = "";
+		child.stdout.on("data", chunk => (output += chunk));
+		child.stderr.on("data", chunk => (output += chunk));
+		child.on("close", code => resolve({ code, output }));
+	});
 }
 
 async function deliveredEventIds(env: DeliveryStack, webhookId: string): Promise<string[]> {
@@ -133,6 +145,26 @@ describeWithNats("intake, cluster mode on JetStream", () => {
 			return rows.length ? rows : undefined;
 		});
 		expect(email.event_id).toBe(answer.event_id);
+	});
+
+	it("npm run replay-dead-letters sends dead-lettered events back through the channel, once", async () => {
+		const token = await optIn(env, "chan-dave");
+		const webhook = await env.createWebhook(token);
+		const customerId = (await env.stack.request("GET", "/id/v3/user/details", { token })).body.customer_id ?? "chan-dave";
+		const event = { ...fulfilledOrder("chan-dave", customerId), event_id: crypto.randomUUID() };
+		// As a consumer that gave up on it leaves it: in the dead-letter stream, with its group.
+		await deadLetter(producer, namespace, "notifier", event);
+		const replay = await runScript(["npm", "run", "-s", "replay-dead-letters"], { TRANSPORTER: TEST_NATS_URL, NAMESPACE: namespace });
+		expect(replay).toEqual({ code: 0, output: `Replayed 1 dead-lettered event(s) from ${intakeNames(namespace).deadLetterStream} to ${intakeNames(namespace).subject}\n` });
+		await eventually("the delivery", async () => (env.received(webhook).length ? true : undefined));
+		const [email] = await eventually("the email", async () => {
+			const rows = await outboxFor(env, "chan-dave");
+			return rows.length ? rows : undefined;
+		});
+		expect(email.event_id).toBe(event.event_id);
+		expect(await deliveredEventIds(env, webhook.id)).toEqual([event.event_id]);
+		// Nothing left to replay.
+		expect((await runScript(["npm", "run", "-s", "replay-dead-letters"], { TRANSPORTER: TEST_NATS_URL, NAMESPACE: namespace })).output).toMatch(/^Replayed 0 /);
 	});
 
 	it("records an event that can never be valid once per consumer, acknowledges it, and does not see it again", async () => {
