@@ -19,7 +19,9 @@ import path from "node:path";
 import knex, { type Knex } from "knex";
 import { ServiceBroker, type Middleware } from "moleculer";
 import { Middleware as ChannelsMiddleware } from "@moleculer/channels";
+import { connect } from "nats";
 import { mintToken } from "../../lib/auth";
+import { intakeNames } from "../../lib/intake-channel";
 import { parseConfig } from "../../lib/config";
 import { EMAIL_STATUSES, ORDER_STATUSES, TASKING_ORDER_STATUS_EVENT, type OrderStatus, type TaskingOrderStatusInput } from "../../lib/schemas/events";
 import { startHttpsReceiver, verifyDelivery, type HttpsReceiver, type ReceivedRequest, type Responder, type ScriptedResponse } from "./https-receiver";
@@ -402,6 +404,17 @@ export class Cluster {
 		};
 		await Promise.all(Array.from({ length: Math.min(concurrency, events.length) }, worker));
 		return sent;
+	}
+
+	/** How many events the intake stream holds (every stored send, repeats included). */
+	async streamMessages(): Promise<number> {
+		const connection = await connect({ servers: `127.0.0.1:${this.nats.port}` });
+		try {
+			const manager = await connection.jetstreamManager();
+			return (await manager.streams.info(intakeNames(this.namespace).stream)).state.messages;
+		} finally {
+			await connection.close();
+		}
 	}
 
 	/** Requests that reached one webhook's path. */
