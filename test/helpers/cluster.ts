@@ -292,6 +292,8 @@ export class Cluster {
 
 	/** Starts a stopped role again with the same environment (ports, node id) and waits for it. */
 	async restart(name: string): Promise<RoleProcess> {
+		// A test body that outlived its timeout must not start processes after close().
+		if (this.closed) throw new Error("the cluster is closed");
 		const process_ = this.role(name);
 		process_.start();
 		await process_.waitHealthy();
