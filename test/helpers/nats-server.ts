@@ -60,6 +60,7 @@ export async function startNatsServer(): Promise<NatsServer> {
 	const monitorPort = await freePort();
 	let child: ChildProcess | undefined;
 	let exited: Promise<void> = Promise.resolve();
+	let closed = false;
 
 	const server: NatsServer = {
 		port,
@@ -70,6 +71,7 @@ export async function startNatsServer(): Promise<NatsServer> {
 			return child !== undefined && child.exitCode === null && child.signalCode === null;
 		},
 		async start() {
+			if (closed) throw new Error(`nats-server on port ${port} was closed`);
 			if (server.running) return;
 			const log = fs.openSync(logFile, "a");
 			const args = ["-js", "-sd", storeDir, "-a", "127.0.0.1", "-p", String(port), "-m", String(monitorPort)];
@@ -92,6 +94,7 @@ export async function startNatsServer(): Promise<NatsServer> {
 			await exited;
 		},
 		async close() {
+			closed = true;
 			await server.stop();
 			fs.rmSync(root, { recursive: true, force: true });
 		},
