@@ -131,6 +131,8 @@ describe("cluster faults", () => {
 			for (const name of ["dispatcher-1", "dispatcher-2"]) {
 				const stopLines = linesAfterSigterm(fs.readFileSync(c.role(name).logFile, "utf8"));
 				expect({ name, errors: stopLines.filter(line => /\b(ERROR|FATAL)\b/.test(line)) }).toEqual({ name, errors: [] });
+				// …and says it stopped once, not twice.
+				expect({ name, stops: stopLines.filter(line => line.includes("ServiceBroker is stopped")).length }).toEqual({ name, stops: 1 });
 			}
 
 			const whileDown = events(200, "f3-down");
