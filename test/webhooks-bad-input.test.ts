@@ -1,7 +1,7 @@
 // Bad input to the webhook routes gets the documented status and problem details, never a 500,
 // and leaves the database exactly as it was: on SQLite and PostgreSQL.
 import { SignJWT, UnsecuredJWT } from "jose";
-import { expectProblem, snapshotTables, startStack, type RequestOptions, type Stack, type TestResponse } from "./helpers/stack";
+import { expectProblem, rejectionCheck, snapshotTables, startStack, type Stack, type TestResponse } from "./helpers/stack";
 import { testDatabases } from "./helpers/services";
 
 const SERVICES = ["api", "topics", "webhooks"] as const;
@@ -59,17 +59,7 @@ describe.each(testDatabases())("webhook bad input on %s", database => {
 	let bobsHook: { id: string };
 	const statuses: number[] = [];
 
-	const tables = () => snapshotTables(stack.db, ["webhooks"]);
-
-	/** Sends the request, checks the problem answer, and proves the database did not change. */
-	async function rejected(method: string, path: string, options: RequestOptions, status: number): Promise<TestResponse> {
-		const before = await tables();
-		const response = await stack.request(method, path, options);
-		statuses.push(response.status);
-		expectProblem(response, status);
-		expect(await tables()).toEqual(before);
-		return response;
-	}
+	const rejected = rejectionCheck(() => stack, ["webhooks"], statuses);
 
 	const validBody = (overrides: Record<string, unknown> = {}) => ({ name: "valid name", url: "https://valid.example.com/in", events: [ORDER_STATUS], ...overrides });
 	const errorPaths = (response: TestResponse) => (response.body.errors as Array<{ path: string }>).map(error => error.path);
@@ -242,8 +232,9 @@ describe.each(testDatabases())("webhook bad input on %s", database => {
 			];
 			for (const answer of answers) expect(answer.body.detail).toBe("Webhook not found");
 		}
-		// A body with someone else's id cannot redirect a PATCH: the path decides.
-		await rejected("PATCH", `/id/v3/webhooks/${crypto.randomUUID()}`, { token: alice, body: { id: alicesHook.id, active: false } }, 404);
+		// A body with someone else's id cannot redirect a PATCH: the id comes from the path only.
+		const redirected = await rejected("PATCH", `/id/v3/webhooks/${crypto.randomUUID()}`, { token: alice, body: { id: alicesHook.id, active: false } }, 422);
+		expect(redirected.body.errors).toEqual([{ path: "id", message: expect.stringContaining("URL path") }]);
 	});
 
 	it("answers 409, changing nothing, for a duplicate name or URL", async () => {
