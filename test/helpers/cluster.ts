@@ -97,6 +97,8 @@ export interface DeliveryFigures {
 	/** Requests answered with something other than 200 (scripted failures, timeouts). */
 	failed_answers: number;
 	bad_signatures: number;
+	/** Verified payloads that do not say what their event said (type, order, status, user). */
+	wrong_payloads: number;
 	/** Requests for an order these webhooks should not get (another customer's, or unknown). */
 	unexpected: number;
 	/** Keys delivered under more than one webhook-id: two delivery rows for one event and webhook. */
@@ -179,6 +181,8 @@ export class Cluster {
 	private readonly producers: ServiceBroker[] = [];
 	private readonly scripts = new Map<string, { answers: Array<ScriptedResponse | Responder>; fallback: ScriptedResponse | Responder }>();
 	private webhookCounter = 0;
+	/** Each user's customer, as their tokens said (for events that name only the user). */
+	private readonly userCustomers = new Map<string, string>();
 	/** Sends to the channel that were rejected and made again (see send()). */
 	sendRetries = 0;
 	/** Events stored in JetStream so far, across every send() (to say where a fault landed). */
@@ -301,6 +305,8 @@ export class Cluster {
 	}
 
 	token(sub: string, claims: { customer?: string; email?: string; name?: string } = {}): Promise<string> {
+		// As the gateway does: the customer claim, or the user's own id when there is none.
+		this.userCustomers.set(sub, claims.customer ?? sub);
 		return mintToken(parseConfig({ AUTH_JWT_SECRET: this.jwtSecret }), { sub, ...claims });
 	}
 
@@ -435,9 +441,15 @@ export class Cluster {
 		return keys.size;
 	}
 
+	/** The (webhook, order) pairs these events must reach: each event goes to its customer's webhooks. */
+	expectedKeys(webhooks: ClusterWebhook[], events: TaskingOrderStatusInput[]): string[] {
+		const customerOf = (event: TaskingOrderStatusInput) => event.customer_id ?? this.userCustomers.get(event.user_id);
+		return webhooks.flatMap(webhook => events.filter(event => customerOf(event) === webhook.customer).map(event => `${webhook.path}|${event.order_id}`));
+	}
+
 	/** Waits (bounded) until every expected delivery was answered 200. */
 	async waitForDeliveries(webhooks: ClusterWebhook[], events: TaskingOrderStatusInput[], boundMs = 120_000): Promise<void> {
-		const expected = webhooks.length * events.length;
+		const expected = this.expectedKeys(webhooks, events).length;
 		await eventually(() => this.deliveredCount(webhooks), count => count >= expected, `${expected} deliveries`, boundMs).catch(err => {
 			throw new Error(`${(err as Error).message}\n${this.logs()}`);
 		});
@@ -449,17 +461,26 @@ export class Cluster {
 	 */
 	deliveryFigures(webhooks: ClusterWebhook[], events: TaskingOrderStatusInput[], sent = events.length): DeliveryFigures {
 		const byPath = new Map(webhooks.map(webhook => [webhook.path, webhook]));
+		const eventByOrder = new Map(events.map(event => [event.order_id, event]));
 		const answered = new Map<string, number>();
 		const webhookIds = new Map<string, Set<string>>();
 		let requests = 0;
 		let failedAnswers = 0;
 		let badSignatures = 0;
+		let wrongPayloads = 0;
 		for (const request of this.receiver.requests) {
 			const webhook = byPath.get(pathOf(request));
 			if (!webhook) continue;
 			requests += 1;
 			try {
-				verifyDelivery(request, webhook.secret);
+				const payload = verifyDelivery(request, webhook.secret) as { type?: string; data?: Record<string, unknown> };
+				const event = eventByOrder.get(String(payload.data?.order_id));
+				const matches =
+					event !== undefined &&
+					payload.type === "tasking:order_status" &&
+					payload.data?.status === String(event.status).toLowerCase() &&
+					payload.data?.user_id === event.user_id;
+				if (!matches) wrongPayloads += 1;
 			} catch {
 				badSignatures += 1;
 			}
@@ -470,7 +491,7 @@ export class Cluster {
 			if (request.answeredStatus === 200) answered.set(key, (answered.get(key) ?? 0) + 1);
 			else failedAnswers += 1;
 		}
-		const expectedKeys = webhooks.flatMap(webhook => events.filter(event => event.customer_id === webhook.customer).map(event => `${webhook.path}|${event.order_id}`));
+		const expectedKeys = this.expectedKeys(webhooks, events);
 		const expectedSet = new Set(expectedKeys);
 		const unexpected = [...webhookIds.keys()].filter(key => !expectedSet.has(key)).length;
 		const missing = expectedKeys.filter(key => !answered.has(key));
@@ -484,6 +505,7 @@ export class Cluster {
 			requests,
 			failed_answers: failedAnswers,
 			bad_signatures: badSignatures,
+			wrong_payloads: wrongPayloads,
 			unexpected,
 			split_deliveries: [...webhookIds.values()].filter(ids => ids.size > 1).length,
 			repeated: repeatedKeys.slice(0, 10).map(([key, count]) => `${key} x${count}`),
