@@ -10,6 +10,7 @@ import fs from "node:fs";
 import type { Knex } from "knex";
 import {
 	Cluster,
+	describeCluster,
 	eventually,
 	emailWorthy,
 	orderEvents,
@@ -56,7 +57,7 @@ function expectOpaque503(answer: HttpAnswer, cluster: Cluster, what: string): vo
 	for (const leak of leaks) expect({ what, text: answer.text, leaks: leak.test(answer.text) }).toEqual({ what, text: answer.text, leaks: false });
 }
 
-describe("cluster fault 5: PostgreSQL unreachable behind a relay", () => {
+describeCluster("cluster fault 5: PostgreSQL unreachable behind a relay", () => {
 	let cluster: Cluster | undefined;
 	let token: string;
 	let lanesToken: string;

@@ -2,12 +2,12 @@
 // as a Timeout once DELIVERY_TIMEOUT has passed (not earlier, not never), and the delivery is
 // retried on the schedule until the receiver answers. Gateway and dispatcher are separate
 // processes over this test's own NATS; the event comes from an outside node through the channel.
-import { Cluster, eventually, orderEvents, printFigures, withClusterLogs, type ClusterWebhook } from "./helpers/cluster";
+import { Cluster, describeCluster, eventually, orderEvents, printFigures, withClusterLogs, type ClusterWebhook } from "./helpers/cluster";
 
 const TIMEOUT_MS = 1_500;
 const FIRST_RETRY_MS = 2_000;
 
-describe("cluster: delivery timeout at the dispatcher", () => {
+describeCluster("cluster: delivery timeout at the dispatcher", () => {
 	let cluster: Cluster | undefined;
 	let webhook: ClusterWebhook;
 	let token: string;

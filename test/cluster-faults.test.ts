@@ -6,6 +6,7 @@
 import fs from "node:fs";
 import {
 	Cluster,
+	describeCluster,
 	emailWorthy,
 	eventually,
 	orderEvents,
@@ -39,7 +40,7 @@ function linesAfterSigterm(log: string): string[] {
 	return from < 0 ? [] : lines.slice(from);
 }
 
-describe("cluster faults", () => {
+describeCluster("cluster faults", () => {
 	let cluster: Cluster | undefined;
 	afterEach(async () => {
 		await cluster?.close();

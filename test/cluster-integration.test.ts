@@ -6,6 +6,7 @@
 // SMTP server, and nothing may go to the wrong customer or user.
 import {
 	Cluster,
+	describeCluster,
 	emailWorthy,
 	orderEvents,
 	printFigures,
@@ -17,7 +18,7 @@ import type { TaskingOrderStatusInput } from "../lib/schemas/events";
 const EVENTS = 1_000;
 const OTHER_CUSTOMER_EVENTS = 50;
 
-describe("cluster: gateway, two dispatchers and a notifier as processes", () => {
+describeCluster("cluster: gateway, two dispatchers and a notifier as processes", () => {
 	let cluster: Cluster | undefined;
 
 	beforeAll(async () => {

@@ -25,7 +25,7 @@ import { intakeNames } from "../../lib/intake-channel";
 import { parseConfig } from "../../lib/config";
 import { EMAIL_STATUSES, ORDER_STATUSES, TASKING_ORDER_STATUS_EVENT, type OrderStatus, type TaskingOrderStatusInput } from "../../lib/schemas/events";
 import { startHttpsReceiver, verifyDelivery, type HttpsReceiver, type ReceivedRequest, type Responder, type ScriptedResponse } from "./https-receiver";
-import { startNatsServer, type NatsServer } from "./nats-server";
+import { NATS_SERVER_BIN, startNatsServer, type NatsServer } from "./nats-server";
 import { freePort } from "./net";
 import { RoleProcess } from "./role-process";
 import { TEST_DATABASE_URL } from "./services";
@@ -33,6 +33,22 @@ import { startSmtpServer, type TestSmtpServer } from "./smtp-server";
 import { startTcpRelay, type TcpRelay } from "./tcp-relay";
 
 export type Role = "gateway" | "dispatcher" | "notifier";
+
+/**
+ * `describe` for a cluster suite: it needs PostgreSQL and a nats-server binary. In CI
+ * (CI=true) a missing one fails the suite; elsewhere the suite is skipped with a warning, like
+ * the other PostgreSQL and NATS suites.
+ */
+export function describeCluster(name: string, body: () => void): void {
+	const missing = [
+		...(process.env.TEST_POSTGRES === "yes" ? [] : ["PostgreSQL"]),
+		...(fs.existsSync(NATS_SERVER_BIN) ? [] : [`nats-server at ${NATS_SERVER_BIN}`]),
+	];
+	if (missing.length === 0) return describe(name, body);
+	if (process.env.CI === "true" || process.env.CI === "1") throw new Error(`${name} needs ${missing.join(" and ")}, and CI requires the cluster suites to run`);
+	console.warn(`Skipping "${name}": it needs ${missing.join(" and ")} (set CI=true to make this an error)`);
+	describe.skip(name, body);
+}
 
 const ROLE_SERVICES: Record<Role, string> = {
 	gateway: "api,topics,webhooks,users",
