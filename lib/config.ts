@@ -118,6 +118,10 @@ export const EnvSchema = z.object({
 	AUTH_ALGORITHMS: csv,
 	AUTH_CUSTOMER_CLAIM: z.string().default("customer_id"),
 	AUTH_CLOCK_SKEW: duration("60s"),
+	// The web application's sign-in. Without OIDC_ISSUER it asks for a token (`npm run token`).
+	OIDC_ISSUER: z.string().url().optional(),
+	OIDC_CLIENT_ID: z.string().min(1).max(200).optional(),
+	OIDC_SCOPE: z.string().default("openid profile email"),
 
 	SECRETS_KEY: base64Key32.optional(),
 	RATE_LIMIT_PER_MINUTE: positiveInt(600),
@@ -193,6 +197,9 @@ export function parseConfig(env: NodeJS.ProcessEnv | Env = process.env): AppConf
 		throw new ConfigError(`Invalid configuration:\n${lines.join("\n")}`);
 	}
 	const parsed = result.data;
+	if (Boolean(parsed.OIDC_ISSUER) !== Boolean(parsed.OIDC_CLIENT_ID)) {
+		throw new ConfigError("Invalid configuration:\n  OIDC_ISSUER and OIDC_CLIENT_ID must be set together");
+	}
 	return {
 		...parsed,
 		production: parsed.NODE_ENV === "production",

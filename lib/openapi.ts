@@ -10,6 +10,7 @@ import { PageContext, PageLink, QUERY_INTEGERS } from "./schemas/common";
 import { WebhookTopic } from "./schemas/topics";
 import { CreateWebhook, ListWebhooks, UpdateWebhook, WebhookIdParams, WebhookPage, WebhookView, WebhookWithSecret } from "./schemas/webhooks";
 import { Delivery, DeliveryParams, DeliveryWithAttempts, ListDeliveriesParams, TestWebhookParams } from "./schemas/deliveries";
+import { WebhookStats, WebhookStatsParams } from "./schemas/delivery-stats";
 import { DetailsParams, NotificationsUpdate, UserDetails } from "./schemas/users";
 import { MAX_UNSUBSCRIBE_TOKEN_LENGTH } from "./unsubscribe-token";
 import packageJson from "../package.json";
@@ -63,6 +64,7 @@ const COMPONENTS: Record<string, z.ZodType> = {
 	Delivery,
 	DeliveryPage,
 	DeliveryWithAttempts,
+	WebhookStats,
 	UserDetails,
 };
 
@@ -215,6 +217,19 @@ export const OPERATIONS: Operation[] = [
 		summary: "Schedule a fresh attempt of a delivery now",
 		params: DeliveryParams,
 		success: { status: 202, description: "The delivery, pending again", schema: "Delivery" },
+		errors: WITH_ID,
+	},
+	{
+		method: "get",
+		path: `${API_BASE}/webhooks/{id}/stats`,
+		action: "dispatcher.webhookStats",
+		tag: "Deliveries",
+		summary: "A webhook's delivery health per hour",
+		description:
+			"One bucket per hour over the window (`24h`), oldest first: deliveries created in that hour counted by their current status, " +
+			"and attempts made in that hour counted by outcome.",
+		params: WebhookStatsParams,
+		success: { status: 200, description: "Counts per hour", schema: "WebhookStats" },
 		errors: WITH_ID,
 	},
 	{

@@ -13,6 +13,7 @@ import { toProblem, type Problem } from "../lib/errors";
 import { openApiJson } from "../lib/openapi";
 import { createRateLimiter, type RateLimiter } from "../lib/rate-limit";
 import { GatewayFrontDoor } from "../mixins/gateway-front-door";
+import { createWebAppHandler } from "../lib/web-app";
 
 export const API_BASE = "/id/v3";
 const BODY_LIMIT = "64kb";
@@ -145,6 +146,7 @@ const ApiService: ServiceSchema<ServiceSettingSchema, ApiThis> = {
 					"GET /webhooks/:id/deliveries": "dispatcher.listDeliveries",
 					"GET /webhooks/:id/deliveries/:delivery_id": "dispatcher.getDelivery",
 					"POST /webhooks/:id/deliveries/:delivery_id/retry": "dispatcher.retryDelivery",
+					"GET /webhooks/:id/stats": "dispatcher.webhookStats",
 					"GET /user/details": "users.details",
 					"PUT /user/settings": "users.updateSettings",
 				},
@@ -192,6 +194,16 @@ const ApiService: ServiceSchema<ServiceSettingSchema, ApiThis> = {
 						res.end(openApiJson(this.config.PUBLIC_BASE_URL));
 					},
 				},
+			},
+			{
+				// The web application at / and its GET /config.json (lib/web-app.ts). Routes are
+				// matched deepest first, so this one only sees what no other route claims.
+				path: "/",
+				mappingPolicy: "restrict",
+				autoAliases: false,
+				bodyParsers: false,
+				aliases: {},
+				use: [],
 			},
 		],
 		onError(this: ApiThis, req: GatewayRequest, res: ServerResponse, err: unknown) {
@@ -259,6 +271,7 @@ const ApiService: ServiceSchema<ServiceSettingSchema, ApiThis> = {
 		};
 		settings.port = config.PORT;
 		settings.ip = config.HOST;
+		settings.routes.find(webApp => webApp.path === "/")!.use = [createWebAppHandler(config)];
 		const route = settings.routes[0];
 		const emailRoute = settings.routes.find(candidate => candidate.path === "/email")!;
 		emailRoute.use = [
