@@ -70,6 +70,9 @@ describeCluster("cluster: gateway, two dispatchers and a notifier as processes",
 
 			expect(figures).toMatchObject({ expected: 2 * EVENTS + OTHER_CUSTOMER_EVENTS, lost: 0, bad_signatures: 0, wrong_payloads: 0, unexpected: 0, split_deliveries: 0 });
 			expect(emails).toMatchObject({ expected: expectedEmails.length, lost: 0, unexpected: 0 });
+			// Every event was valid: none may have been recorded as rejected.
+			expect(await c.db("delivery_rejected_events").select("reason")).toEqual([]);
+			expect(await c.db("email_rejected_events").select("errors")).toEqual([]);
 			expect(c.smtp.received.every(mail => mail.envelope.to.join() === "alice@example.com")).toBe(true);
 			// Both dispatcher processes took part.
 			expect(attemptsByDispatcher["dispatcher-1"]).toBeGreaterThan(0);
