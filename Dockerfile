@@ -7,7 +7,8 @@
 FROM node:20-bookworm AS web
 WORKDIR /build
 COPY package.json package-lock.json .npmrc ./
-RUN npm ci --ignore-scripts --loglevel=warn
+COPY sdk/package.json sdk/
+RUN npm ci --ignore-scripts
 COPY tsconfig.json ./
 COPY web ./web
 COPY lib ./lib
@@ -22,11 +23,13 @@ ENV NODE_ENV=production \
 	OPS_PORT=3030 \
 	DATA_DIR=/data
 
-# Dependencies first, so that a code change does not reinstall them. `npm ci` runs the prepare
-# script, which finds no Vite here and leaves the app to the COPY from the web stage below.
+# Dependencies first, so that a code change does not reinstall them. The SDK is an npm workspace:
+# npm ci needs its package.json to link it. `npm ci` runs the prepare script, which finds no Vite
+# here and leaves the app to the COPY from the web stage below.
 COPY package.json package-lock.json .npmrc ./
+COPY sdk/package.json sdk/
 COPY scripts/build-web.ts ./scripts/
-RUN npm ci --omit=dev --loglevel=warn
+RUN npm ci --omit=dev
 
 COPY . .
 COPY --from=web /build/web/dist ./web/dist

@@ -14,6 +14,7 @@ import { openApiJson } from "../lib/openapi";
 import { createRateLimiter, type RateLimiter } from "../lib/rate-limit";
 import { GatewayFrontDoor } from "../mixins/gateway-front-door";
 import { createWebAppHandler } from "../lib/web-app";
+import { httpRequestObserver } from "../lib/http-metrics";
 
 export const API_BASE = "/id/v3";
 const BODY_LIMIT = "64kb";
@@ -62,6 +63,7 @@ type ApiThis = Service & {
 	limitAddress: RateLimiter;
 	limitPrincipal: RateLimiter;
 	limitUnsubscribe: RateLimiter;
+	observeHttpRequest(req: IncomingMessage, res: ServerResponse): void;
 	authenticateRequest(req: GatewayRequest): Promise<void>;
 	beforeAction(req: GatewayRequest): Promise<void>;
 	touchUser(ctx: Context, principal: Principal): Promise<void>;
@@ -122,6 +124,12 @@ const ApiService: ServiceSchema<ServiceSettingSchema, ApiThis> = {
 		log4XXResponses: false,
 		logRequestParams: null,
 		logResponseData: null,
+		// The request id, decided (and echoed) by the front door (mixins/gateway-front-door.ts),
+		// becomes ctx.requestID of every action the request causes, and so of their log lines.
+		rootCallOptions(this: ApiThis, options: { requestID?: string }, req: IncomingMessage, res: ServerResponse) {
+			this.observeHttpRequest(req, res);
+			options.requestID = req.headers["x-request-id"] as string;
+		},
 		routes: [
 			{
 				path: API_BASE,
@@ -248,7 +256,8 @@ const ApiService: ServiceSchema<ServiceSettingSchema, ApiThis> = {
 		sendProblem(this: ApiThis, req: GatewayRequest, res: ServerResponse, err: unknown): void {
 			const problem: Problem = toProblem(err);
 			if (problem.status >= 500) {
-				this.logger.error(`${req.method} ${req.originalUrl ?? req.url} failed`, err);
+				// The path only: a query string can carry a credential (the unsubscribe links' token).
+				this.logger.error(`${req.method} ${(req.originalUrl ?? req.url ?? "").split("?")[0]} failed`, err);
 			}
 			if (res.headersSent) return;
 			res.statusCode = problem.status;
@@ -330,6 +339,7 @@ const ApiService: ServiceSchema<ServiceSettingSchema, ApiThis> = {
 		this.limitPrincipal = createRateLimiter(perMinute, RATE_WINDOW_SECONDS);
 		this.limitAddress = createRateLimiter(this.config.RATE_LIMIT_PER_ADDRESS_PER_MINUTE ?? 2 * perMinute, RATE_WINDOW_SECONDS);
 		this.limitUnsubscribe = createRateLimiter(UNSUBSCRIBE_LIMIT_PER_ADDRESS, RATE_WINDOW_SECONDS);
+		this.observeHttpRequest = httpRequestObserver(this.broker);
 	},
 };
 

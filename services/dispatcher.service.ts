@@ -33,6 +33,8 @@ import { ResultsMixin } from "../mixins/dispatcher/results.mixin";
 import { ClaimsMixin } from "../mixins/dispatcher/claims.mixin";
 import { DeliveryLogMixin } from "../mixins/dispatcher/delivery-log.mixin";
 import { DeliveryStatsMixin } from "../mixins/dispatcher/stats.mixin";
+import { DispatcherBacklogMixin } from "../mixins/backlog.mixin";
+import { DispatcherOperatorMixin } from "../mixins/dispatcher-operator.mixin";
 
 // Moleculer types a mixin with the base Service as `this`; the parts are typed with DispatcherThis.
 const parts = [
@@ -50,6 +52,10 @@ const parts = [
 	DeliveryLogMixin,
 	// action webhookStats (GET /webhooks/{id}/stats)
 	DeliveryStatsMixin,
+	// action backlog (the pending-delivery gauges of /metrics)
+	DispatcherBacklogMixin,
+	// actions locateDelivery, failedDeliveriesSince (the operators' REPL commands)
+	DispatcherOperatorMixin,
 ] as Partial<ServiceSchema>[];
 
 const DispatcherService: ServiceSchema<ServiceSettingSchema, DispatcherThis> = {

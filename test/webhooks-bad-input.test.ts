@@ -162,11 +162,14 @@ describe.each(testDatabases())("webhook bad input on %s", database => {
 		expect(errorPaths(policy)).toEqual(["url", "url", "url", "events[0]"]);
 	});
 
-	it("answers 422 for unknown fields, naming them", async () => {
+	it("answers 422 for unknown fields, each at its own name as path", async () => {
 		const response = await rejected("POST", "/id/v3/webhooks", { token: alice, body: validBody({ colour: "red", secret: "whsec_mine" }) }, 422);
-		expect(response.body.errors).toEqual([{ path: "", message: expect.stringMatching(/colour.*secret|secret.*colour/) }]);
+		expect(response.body.errors).toEqual([
+			{ path: "colour", message: "is not a known field" },
+			{ path: "secret", message: "is not a known field" },
+		]);
 		const patch = await rejected("PATCH", `/id/v3/webhooks/${alicesHook.id}`, { token: alice, body: { active: true, created_at: "2020-01-01T00:00:00Z" } }, 422);
-		expect(patch.body.errors[0].message).toContain("created_at");
+		expect(patch.body.errors).toEqual([{ path: "created_at", message: "is not a known field" }]);
 		// Query parameters count as input too.
 		await rejected("POST", "/id/v3/webhooks?admin=true", { token: alice, body: validBody() }, 422);
 	});
