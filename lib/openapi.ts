@@ -291,7 +291,7 @@ const ERROR_DESCRIPTIONS: Record<ErrorStatus, string> = {
 	415: "The body was not sent as application/json",
 	422: "The body or parameters failed validation: `errors` says what and where",
 	429: "Rate limit hit (per principal, or per client address before authentication): wait for Retry-After seconds",
-	503: "A dependency (database, broker) is down; nothing was changed",
+	503: "A dependency (database, broker) is down; nothing is half-written, and the detail says whether a change may have been applied",
 };
 
 function withoutMetaKeys(schema: JsonSchema): JsonSchema {
