@@ -22,7 +22,8 @@ export interface NatsServer {
 	readonly storeDir: string;
 	readonly logFile: string;
 	readonly running: boolean;
-	start(): Promise<void>;
+	/** Starts it (again); `extraArgs` are passed to nats-server, e.g. to demand credentials. */
+	start(extraArgs?: string[]): Promise<void>;
 	/** Kills the server (SIGKILL by default, as a crash; SIGTERM for a clean stop) and waits for it. */
 	stop(signal?: NodeJS.Signals): Promise<void>;
 	/** Stops the server and removes its store and log. */
@@ -70,11 +71,11 @@ export async function startNatsServer(): Promise<NatsServer> {
 		get running() {
 			return child !== undefined && child.exitCode === null && child.signalCode === null;
 		},
-		async start() {
+		async start(extraArgs: string[] = []) {
 			if (closed) throw new Error(`nats-server on port ${port} was closed`);
 			if (server.running) return;
 			const log = fs.openSync(logFile, "a");
-			const args = ["-js", "-sd", storeDir, "-a", "127.0.0.1", "-p", String(port), "-m", String(monitorPort)];
+			const args = ["-js", "-sd", storeDir, "-a", "127.0.0.1", "-p", String(port), "-m", String(monitorPort), ...extraArgs];
 			const started = spawn(NATS_SERVER_BIN, args, { stdio: ["ignore", log, log] });
 			fs.closeSync(log);
 			child = started;
