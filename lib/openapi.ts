@@ -9,7 +9,7 @@ import { z } from "zod";
 import { PageContext, PageLink } from "./schemas/common";
 import { WebhookTopic } from "./schemas/topics";
 import { CreateWebhook, ListWebhooks, UpdateWebhook, WebhookIdParams, WebhookPage, WebhookView, WebhookWithSecret } from "./schemas/webhooks";
-import { Delivery, DeliveryParams, DeliveryWithAttempts, ListDeliveriesParams, TestWebhookParams } from "./schemas/deliveries";
+import { Delivery, DeliveryParams, DeliveryWithAttempts, ListDeliveriesParams, MAX_RECOVER_BATCH, RecoverParams, RecoverResult, TestWebhookParams } from "./schemas/deliveries";
 import { DetailsParams, NotificationsUpdate, UserDetails } from "./schemas/users";
 import { MAX_UNSUBSCRIBE_TOKEN_LENGTH } from "./unsubscribe-token";
 import packageJson from "../package.json";
@@ -62,6 +62,7 @@ const COMPONENTS: Record<string, z.ZodType> = {
 	Delivery,
 	DeliveryPage,
 	DeliveryWithAttempts,
+	RecoverResult,
 	UserDetails,
 };
 
@@ -213,6 +214,17 @@ export const OPERATIONS: Operation[] = [
 		params: DeliveryParams,
 		success: { status: 202, description: "The delivery, pending again", schema: "Delivery" },
 		errors: WITH_ID,
+	},
+	{
+		method: "post",
+		path: `${API_BASE}/webhooks/{id}/recover`,
+		action: "dispatcher.recover",
+		tag: "Deliveries",
+		summary: "Give every failed delivery of a time window a fresh attempt now",
+		description: `For recovering after an outage: each failed delivery created in [since, until) gets one attempt now. At most ${MAX_RECOVER_BATCH} per call; \`remaining\` counts the rest. Repeating the call while those attempts are pending schedules nothing twice.`,
+		params: RecoverParams,
+		success: { status: 202, description: "How many deliveries were scheduled, and how many are left", schema: "RecoverResult" },
+		errors: [...WITH_ID, ...WITH_BODY],
 	},
 	{
 		method: "get",

@@ -36,4 +36,23 @@ export const webhooksMigrations: Migration[] = [
 			await db.schema.dropTable("webhooks");
 		},
 	},
+	{
+		// Why and when a webhook stopped: `user` (PATCH active=false), `gone` (its URL answered
+		// 410) or `failing` (every attempt failed for WEBHOOK_DISABLE_AFTER). Null while active.
+		name: "002_webhook_disabled_reason",
+		async up(db) {
+			await db.schema.alterTable("webhooks", table => {
+				table.string("disabled_reason", 16).nullable();
+				table.string("disabled_at", 30).nullable();
+			});
+			// Webhooks switched off before this column existed were switched off by a user.
+			await db("webhooks").where({ active: false }).update({ disabled_reason: "user", disabled_at: db.ref("updated_at") });
+		},
+		async down(db) {
+			await db.schema.alterTable("webhooks", table => {
+				table.dropColumn("disabled_reason");
+				table.dropColumn("disabled_at");
+			});
+		},
+	},
 ];

@@ -14,6 +14,8 @@
 //            lease_id: an abandoned lease simply makes the row due again, and a result write
 //            must match the lease_id, so a stale worker cannot overwrite a newer attempt.
 //            PostgreSQL claims with FOR UPDATE SKIP LOCKED; SQLite has a single writer.
+//   lifecycle a 410 Gone or a long run of failures disables the webhook (its deliveries park),
+//            the customer is told through `webhook:disabled`, and failed deliveries are recovered.
 //
 // This file wires the parts and owns the state they share (initialised in `created`) and the
 // order of start and shutdown. Constants, row types and `DispatcherThis` are in
@@ -30,6 +32,7 @@ import { WorkerMixin } from "../mixins/dispatcher/worker.mixin";
 import { ResultsMixin } from "../mixins/dispatcher/results.mixin";
 import { ClaimsMixin } from "../mixins/dispatcher/claims.mixin";
 import { DeliveryLogMixin } from "../mixins/dispatcher/delivery-log.mixin";
+import { LifecycleMixin } from "../mixins/dispatcher/lifecycle.mixin";
 
 // Moleculer types a mixin with the base Service as `this`; the parts are typed with DispatcherThis.
 const parts = [
@@ -43,6 +46,8 @@ const parts = [
 	ClaimsMixin,
 	// actions testWebhook, listDeliveries, getDelivery, retryDelivery
 	DeliveryLogMixin,
+	// action recover; events webhooks.updated / disabled; noteOutcome, disableWebhook, parkPending
+	LifecycleMixin,
 ] as Partial<ServiceSchema>[];
 
 const DispatcherService: ServiceSchema<ServiceSettingSchema, DispatcherThis> = {

@@ -1,7 +1,9 @@
 // webhooks: owns the customers' webhooks (table `webhooks`): their URLs, event topics, status
 // and signing secrets, which are encrypted at rest and rotated with a grace period. Serves the
 // /webhooks management routes, and gives the dispatcher the signing secrets in clear through
-// `subscribers` and `resolve`, which the gateway does not expose.
+// `subscribers` and `resolve`, which the gateway does not expose. A webhook is disabled by its
+// user (PATCH active=false) or by the dispatcher (`disable`: its URL answered 410 Gone, or every
+// attempt failed for WEBHOOK_DISABLE_AFTER); the reason and time are kept until it is re-enabled.
 import crypto from "node:crypto";
 import type { Context, ServiceSchema, ServiceSettingSchema } from "moleculer";
 import { DbMixin, nowIso, type DbServiceThis } from "../mixins/db.mixin";
@@ -12,18 +14,23 @@ import { decryptSecret, encryptSecret, generateWebhookSecret } from "../lib/cryp
 import { parseAllowList, type AllowList } from "../lib/address-ranges";
 import { buildPage, decodeCursor } from "../lib/pagination";
 import { checkWebhookUrl } from "../lib/url-policy";
+import { counter } from "../lib/metrics";
 import type { CatalogueTopic } from "../lib/schemas/topics";
 import {
 	CreateWebhook,
+	DisableParams,
 	ListWebhooks,
 	ResolveParams,
 	SubscribersParams,
 	UpdateWebhook,
 	WEBHOOK_EVENTS,
 	WebhookIdParams,
+	type DisableResult,
+	type DisabledReason,
 	type ResolvedWebhook,
 	type Subscriber,
 	type WebhookChangedEvent,
+	type WebhookDisabledEvent,
 	type WebhookPage,
 	type WebhookRemovedEvent,
 	type WebhookRotatedEvent,
@@ -33,7 +40,7 @@ import {
 
 const LIST_PATH = "/id/v3/webhooks";
 // What a listing reads: everything `present` needs and nothing secret.
-const PUBLIC_COLUMNS = ["id", "name", "url", "events", "active", "created_at", "updated_at"] as const;
+const PUBLIC_COLUMNS = ["id", "name", "url", "events", "active", "disabled_reason", "disabled_at", "created_at", "updated_at"] as const;
 type PublicWebhookRow = Pick<WebhookRow, (typeof PUBLIC_COLUMNS)[number]>;
 const WEBHOOK_TOPICS_PATH = "/id/v3/webhooks/events";
 // Two rotations racing on one webhook: the loser re-reads and retries, so that no secret that
@@ -47,6 +54,8 @@ interface WebhookRow {
 	url: string;
 	events: string;
 	active: boolean | number;
+	disabled_reason: DisabledReason | null;
+	disabled_at: string | null;
 	secret_envelope: string;
 	previous_secret_envelope: string | null;
 	previous_secret_expires_at: string | null;
@@ -62,6 +71,8 @@ interface TenantMeta {
 type WebhooksThis = DbServiceThis & {
 	allowList: AllowList;
 	secretsKey: string;
+	disables: ReturnType<typeof counter>;
+	announceDisabled(ctx: Context, customerId: string, view: WebhookView): void;
 	tenantOf(ctx: Context<unknown, TenantMeta>): string;
 	findOwned(customerId: string, id: string): Promise<WebhookRow>;
 	unknownTopicProblems(ctx: Context, topics: string[], path: string): Promise<FieldProblem[]>;
@@ -117,6 +128,8 @@ const WebhooksService: ServiceSchema<ServiceSettingSchema, WebhooksThis> = {
 					url: urlCheck.url,
 					events: JSON.stringify(events),
 					active: true,
+					disabled_reason: null,
+					disabled_at: null,
 					secret_envelope: this.seal(secret, id),
 					previous_secret_envelope: null,
 					previous_secret_expires_at: null,
@@ -190,7 +203,9 @@ const WebhooksService: ServiceSchema<ServiceSettingSchema, WebhooksThis> = {
 				const changes: Partial<WebhookRow> = { updated_at: nowIso() };
 				if (name !== undefined) changes.name = name;
 				if (events !== undefined) changes.events = JSON.stringify(events);
-				if (active !== undefined) changes.active = active;
+				if (active === true) Object.assign(changes, { active, disabled_reason: null, disabled_at: null });
+				// Switching off a webhook the dispatcher already disabled keeps the dispatcher's reason.
+				if (active === false && row.active) Object.assign(changes, { active, disabled_reason: "user", disabled_at: changes.updated_at });
 				let updated: number;
 				try {
 					updated = await this.db("webhooks").where({ id, customer_id: customerId }).update(changes);
@@ -200,6 +215,7 @@ const WebhooksService: ServiceSchema<ServiceSettingSchema, WebhooksThis> = {
 				if (updated === 0) throw new NotFoundError("Webhook");
 				const view = this.present({ ...row, ...changes });
 				ctx.broadcast<WebhookChangedEvent>(WEBHOOK_EVENTS.updated, { id, customerId, active: view.active });
+				if (changes.disabled_reason === "user") this.announceDisabled(ctx, customerId, view);
 				return view;
 			},
 		},
@@ -281,6 +297,28 @@ const WebhooksService: ServiceSchema<ServiceSettingSchema, WebhooksThis> = {
 			},
 		},
 
+		/**
+		 * The dispatcher disables a webhook its receiver told to go away (410) or that kept failing.
+		 * Only an active webhook changes, so a repeat (or a race of two dispatchers) announces once.
+		 */
+		disable: {
+			visibility: "public",
+			params: zodParams(DisableParams),
+			async handler(this: WebhooksThis, ctx: Context<DisableParams>): Promise<DisableResult> {
+				const { id, reason } = ctx.params;
+				const now = nowIso();
+				const changed = await this.db("webhooks").where({ id, active: true }).update({ active: false, disabled_reason: reason, disabled_at: now, updated_at: now });
+				const row: (PublicWebhookRow & { customer_id: string }) | undefined = await this.db("webhooks").where({ id }).first([...PUBLIC_COLUMNS, "customer_id"]);
+				if (!row) return { disabled: false, webhook: null };
+				const view = this.present(row);
+				if (changed === 1) {
+					ctx.broadcast<WebhookChangedEvent>(WEBHOOK_EVENTS.updated, { id, customerId: row.customer_id, active: false });
+					this.announceDisabled(ctx, row.customer_id, view);
+				}
+				return { disabled: changed === 1, webhook: { ...view, customerId: row.customer_id } };
+			},
+		},
+
 		/** The public record for other services that check ownership (meta.customerId); 404 otherwise. */
 		find: {
 			visibility: "public",
@@ -326,9 +364,18 @@ const WebhooksService: ServiceSchema<ServiceSettingSchema, WebhooksThis> = {
 				url: row.url,
 				events: JSON.parse(row.events) as string[],
 				active: Boolean(row.active),
+				disabled_reason: row.active ? null : (row.disabled_reason ?? "user"),
+				disabled_at: row.active ? null : (row.disabled_at ?? null),
 				created_at: row.created_at,
 				updated_at: row.updated_at,
 			};
+		},
+
+		announceDisabled(this: WebhooksThis, ctx: Context, customerId: string, view: WebhookView): void {
+			const reason = view.disabled_reason ?? "user";
+			this.disables.inc({ reason });
+			this.logger.info(`Webhook ${view.id} of customer ${customerId} disabled (${reason})`);
+			ctx.broadcast<WebhookDisabledEvent>(WEBHOOK_EVENTS.disabled, { id: view.id, customerId, name: view.name, url: view.url, reason, disabled_at: view.disabled_at ?? nowIso() });
 		},
 
 		seal(this: WebhooksThis, secret: string, id: string): string {
@@ -362,6 +409,7 @@ const WebhooksService: ServiceSchema<ServiceSettingSchema, WebhooksThis> = {
 		this.allowList = parseAllowList(this.config.WEBHOOK_ALLOW_NETS);
 		if (!this.config.SECRETS_KEY) throw new Error("SECRETS_KEY is not configured: webhook secrets cannot be encrypted");
 		this.secretsKey = this.config.SECRETS_KEY;
+		this.disables = counter(this.broker, "webhooks_disabled_total", "Webhooks disabled, by reason (user, gone, failing)", ["reason"]);
 	},
 };
 

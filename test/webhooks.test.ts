@@ -82,6 +82,8 @@ describe.each(testDatabases())("webhooks on %s", database => {
 			url: "https://hooks.example.com/satellite?via=erp",
 			events: [ORDER_STATUS],
 			active: true,
+			disabled_reason: null,
+			disabled_at: null,
 			created_at: expect.stringMatching(ISO_TIME),
 			updated_at: body.created_at,
 			secret: expect.stringMatching(SECRET_FORM),
@@ -209,10 +211,13 @@ describe.each(testDatabases())("webhooks on %s", database => {
 		expect(viaEventTypes.body.events).toEqual([CAPTURE_READY]);
 
 		const disabled = await stack.request("PATCH", `/id/v3/webhooks/${webhook.id}`, { token: alice, body: { active: false } });
-		expect(disabled.body.active).toBe(false);
+		expect(disabled.body).toMatchObject({ active: false, disabled_reason: "user", disabled_at: disabled.body.updated_at });
 		expect((await stack.request("GET", `/id/v3/webhooks/${webhook.id}`, { token: alice })).body).toEqual(disabled.body);
+		// Switching it off again keeps the first reason and time.
+		const again = await stack.request("PATCH", `/id/v3/webhooks/${webhook.id}`, { token: alice, body: { active: false } });
+		expect(again.body).toMatchObject({ active: false, disabled_reason: "user", disabled_at: disabled.body.disabled_at });
 		const enabled = await stack.request("PATCH", `/id/v3/webhooks/${webhook.id}`, { token: alice, body: { active: true, name: "Back on" } });
-		expect(enabled.body).toMatchObject({ active: true, name: "Back on", events: [CAPTURE_READY], url: webhook.url });
+		expect(enabled.body).toMatchObject({ active: true, disabled_reason: null, disabled_at: null, name: "Back on", events: [CAPTURE_READY], url: webhook.url });
 		expect(enabled.text).not.toContain(webhook.secret);
 	});
 

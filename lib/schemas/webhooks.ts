@@ -92,12 +92,20 @@ export type WebhookIdParams = z.output<typeof WebhookIdParams>;
 export const ListWebhooks = PageQuery.strict();
 export type ListWebhooks = z.output<typeof ListWebhooks>;
 
+export const DISABLED_REASONS = ["user", "gone", "failing"] as const;
+export const DisabledReason = z.enum(DISABLED_REASONS);
+export type DisabledReason = z.infer<typeof DisabledReason>;
+
 export const WebhookView = z.object({
 	id: z.uuid(),
 	name: z.string(),
 	url: z.string(),
 	events: z.array(z.string()),
 	active: z.boolean(),
+	disabled_reason: DisabledReason.nullable().describe(
+		"Null while active. `user`: switched off with PATCH; `gone`: the URL answered 410 Gone; `failing`: every attempt failed for WEBHOOK_DISABLE_AFTER",
+	),
+	disabled_at: z.string().nullable().describe("When it was disabled; null while active"),
 	created_at: z.string(),
 	updated_at: z.string(),
 });
@@ -122,6 +130,16 @@ export type SubscribersParams = z.output<typeof SubscribersParams>;
 export const ResolveParams = z.object({ ids: z.array(WebhookId).max(1000) }).strict();
 export type ResolveParams = z.output<typeof ResolveParams>;
 
+/** webhooks.disable: the dispatcher stops a webhook its receiver told to stop (410) or that kept failing. */
+export const DisableParams = z.object({ id: WebhookId, reason: z.enum(["gone", "failing"]) }).strict();
+export type DisableParams = z.output<typeof DisableParams>;
+
+/** `disabled` is false when the webhook was already disabled (or is gone): nothing changed. */
+export interface DisableResult {
+	disabled: boolean;
+	webhook: (WebhookView & { customerId: string }) | null;
+}
+
 /** Signing secrets in clear, newest first: the current one, then the previous one during its grace. */
 export interface Subscriber {
 	id: string;
@@ -141,6 +159,7 @@ export const WEBHOOK_EVENTS = {
 	updated: "webhooks.updated",
 	removed: "webhooks.removed",
 	rotated: "webhooks.rotated",
+	disabled: "webhooks.disabled",
 } as const;
 
 export interface WebhookChangedEvent {
@@ -155,3 +174,13 @@ export interface WebhookRemovedEvent {
 }
 
 export type WebhookRotatedEvent = WebhookRemovedEvent;
+
+/** Broadcast when a webhook is disabled, whatever the reason (after webhooks.updated). */
+export interface WebhookDisabledEvent {
+	id: string;
+	customerId: string;
+	name: string;
+	url: string;
+	reason: DisabledReason;
+	disabled_at: string;
+}
