@@ -23,6 +23,8 @@ export interface DeliveryRequest {
 	messageId: string;
 	body: string;
 	secrets: string[];
+	/** The webhook's custom headers (validated by lib/webhook-headers.ts); ours win on a clash. */
+	headers?: Record<string, string>;
 	timeoutMs: number;
 }
 
@@ -216,6 +218,7 @@ export class WebhookSender {
 				headersTimeout: delivery.timeoutMs,
 				bodyTimeout: delivery.timeoutMs,
 				headers: {
+					...delivery.headers,
 					"content-type": "application/json",
 					"user-agent": this.userAgent,
 					"webhook-id": delivery.messageId,

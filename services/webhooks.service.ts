@@ -1,5 +1,6 @@
 // webhooks: owns the customers' webhooks (table `webhooks`): their URLs, event topics, status
-// and signing secrets, which are encrypted at rest and rotated with a grace period. Serves the
+// and signing secrets, which are encrypted at rest and rotated with a grace period, and custom
+// request headers, whose values are encrypted the same way and never shown again (only names). Serves the
 // /webhooks management routes, and gives the dispatcher the signing secrets in clear through
 // `subscribers` and `resolve`, which the gateway does not expose. A webhook is disabled by its
 // user (PATCH active=false) or by the dispatcher (`disable`: its URL answered 410 Gone, or every
@@ -8,9 +9,10 @@ import crypto from "node:crypto";
 import type { Context, ServiceSchema, ServiceSettingSchema } from "moleculer";
 import { DbMixin, nowIso, type DbServiceThis } from "../mixins/db.mixin";
 import { zodParams } from "../mixins/validation";
-import { webhooksMigrations, UNIQUE_NAME_INDEX, UNIQUE_URL_INDEX } from "../migrations/webhooks";
+import { webhooksMigrations, brokenUniqueRule } from "../migrations/webhooks";
 import { ClientProblem, ConflictError, NotFoundError, UnprocessableError, type FieldProblem } from "../lib/errors";
 import { decryptSecret, encryptSecret, generateWebhookSecret } from "../lib/crypto";
+import { openHeaders, sealHeaders } from "../lib/webhook-headers";
 import { parseAllowList, type AllowList } from "../lib/address-ranges";
 import { buildPage, decodeCursor } from "../lib/pagination";
 import { checkWebhookUrl } from "../lib/url-policy";
@@ -40,7 +42,7 @@ import {
 
 const LIST_PATH = "/id/v3/webhooks";
 // What a listing reads: everything `present` needs and nothing secret.
-const PUBLIC_COLUMNS = ["id", "name", "url", "events", "active", "disabled_reason", "disabled_at", "created_at", "updated_at"] as const;
+const PUBLIC_COLUMNS = ["id", "name", "url", "events", "active", "disabled_reason", "disabled_at", "header_names", "created_at", "updated_at"] as const;
 type PublicWebhookRow = Pick<WebhookRow, (typeof PUBLIC_COLUMNS)[number]>;
 const WEBHOOK_TOPICS_PATH = "/id/v3/webhooks/events";
 // Two rotations racing on one webhook: the loser re-reads and retries, so that no secret that
@@ -56,6 +58,9 @@ interface WebhookRow {
 	active: boolean | number;
 	disabled_reason: DisabledReason | null;
 	disabled_at: string | null;
+	/** JSON array of the custom header names; the values are in headers_envelope, encrypted. */
+	header_names: string;
+	headers_envelope: string | null;
 	secret_envelope: string;
 	previous_secret_envelope: string | null;
 	previous_secret_expires_at: string | null;
@@ -87,20 +92,6 @@ function rejectIfAny(problems: FieldProblem[]): void {
 	throw new UnprocessableError(problems.map(problem => `${problem.path}: ${problem.message}`).join("; "), problems);
 }
 
-/** Which uniqueness rule a database error broke, on either engine; undefined for other errors. */
-function brokenUniqueRule(err: unknown): "name" | "url" | undefined {
-	const failure = err as { code?: string; constraint?: string; message?: string };
-	if (failure.code === "23505") {
-		if (failure.constraint === UNIQUE_NAME_INDEX) return "name";
-		if (failure.constraint === UNIQUE_URL_INDEX) return "url";
-	}
-	if (failure.code === "SQLITE_CONSTRAINT_UNIQUE") {
-		if (/webhooks\.customer_id, webhooks\.name/.test(failure.message ?? "")) return "name";
-		if (/webhooks\.customer_id, webhooks\.url/.test(failure.message ?? "")) return "url";
-	}
-	return undefined;
-}
-
 const WebhooksService: ServiceSchema<ServiceSettingSchema, WebhooksThis> = {
 	name: "webhooks",
 	mixins: [DbMixin("webhooks", webhooksMigrations) as Partial<ServiceSchema>],
@@ -130,6 +121,7 @@ const WebhooksService: ServiceSchema<ServiceSettingSchema, WebhooksThis> = {
 					active: true,
 					disabled_reason: null,
 					disabled_at: null,
+					...sealHeaders(ctx.params.headers ?? {}, this.secretsKey, id),
 					secret_envelope: this.seal(secret, id),
 					previous_secret_envelope: null,
 					previous_secret_expires_at: null,
@@ -196,13 +188,14 @@ const WebhooksService: ServiceSchema<ServiceSettingSchema, WebhooksThis> = {
 			params: zodParams(UpdateWebhook),
 			async handler(this: WebhooksThis, ctx: Context<UpdateWebhook, TenantMeta>): Promise<WebhookView> {
 				const customerId = this.tenantOf(ctx);
-				const { id, name, events, active } = ctx.params;
+				const { id, name, events, active, headers } = ctx.params;
 				const row = await this.findOwned(customerId, id);
 				if (events) rejectIfAny(await this.unknownTopicProblems(ctx, events, "events"));
 
 				const changes: Partial<WebhookRow> = { updated_at: nowIso() };
 				if (name !== undefined) changes.name = name;
 				if (events !== undefined) changes.events = JSON.stringify(events);
+				if (headers !== undefined) Object.assign(changes, sealHeaders(headers, this.secretsKey, id));
 				if (active === true) Object.assign(changes, { active, disabled_reason: null, disabled_at: null });
 				// Switching off a webhook the dispatcher already disabled keeps the dispatcher's reason.
 				if (active === false && row.active) Object.assign(changes, { active, disabled_reason: "user", disabled_at: changes.updated_at });
@@ -275,7 +268,7 @@ const WebhooksService: ServiceSchema<ServiceSettingSchema, WebhooksThis> = {
 				const rows: WebhookRow[] = await this.db("webhooks").where({ customer_id: customerId, active: true }).orderBy("created_at");
 				return rows
 					.filter(row => (JSON.parse(row.events) as string[]).includes(topic))
-					.map(row => ({ id: row.id, customerId: row.customer_id, url: row.url, secrets: this.secretsOf(row) }));
+					.map(row => ({ id: row.id, customerId: row.customer_id, url: row.url, secrets: this.secretsOf(row), headers: openHeaders(row, this.secretsKey) }));
 			},
 		},
 
@@ -293,6 +286,7 @@ const WebhooksService: ServiceSchema<ServiceSettingSchema, WebhooksThis> = {
 					url: row.url,
 					active: Boolean(row.active),
 					secrets: this.secretsOf(row),
+					headers: openHeaders(row, this.secretsKey),
 				}));
 			},
 		},
@@ -366,6 +360,7 @@ const WebhooksService: ServiceSchema<ServiceSettingSchema, WebhooksThis> = {
 				active: Boolean(row.active),
 				disabled_reason: row.active ? null : (row.disabled_reason ?? "user"),
 				disabled_at: row.active ? null : (row.disabled_at ?? null),
+				header_names: JSON.parse(row.header_names ?? "[]") as string[],
 				created_at: row.created_at,
 				updated_at: row.updated_at,
 			};

@@ -112,9 +112,10 @@ describe("OpenAPI document (structure)", () => {
 	it("describes request bodies from the validation schemas: strict, with their required fields", () => {
 		const create = (document.paths as Json)["/id/v3/webhooks"].post.requestBody.content["application/json"].schema;
 		expect(create).toMatchObject({ type: "object", additionalProperties: false, required: ["name", "url"] });
-		expect(Object.keys(create.properties).sort()).toEqual(["event_types", "events", "name", "url"]);
+		expect(Object.keys(create.properties).sort()).toEqual(["event_types", "events", "headers", "name", "url"]);
+		expect(create.properties.headers).toMatchObject({ type: "object", description: expect.stringContaining("Write-only") });
 		const patch = (document.paths as Json)["/id/v3/webhooks/{id}"].patch.requestBody.content["application/json"].schema;
-		expect(Object.keys(patch.properties).sort()).toEqual(["active", "event_types", "events", "name"]);
+		expect(Object.keys(patch.properties).sort()).toEqual(["active", "event_types", "events", "headers", "name"]);
 		const list = (document.paths as Json)["/id/v3/webhooks"].get.parameters;
 		expect(list).toEqual(
 			expect.arrayContaining([expect.objectContaining({ name: "per_page", in: "query", schema: expect.objectContaining({ minimum: 1, maximum: 100, default: 25 }) })]),

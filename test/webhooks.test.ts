@@ -84,6 +84,7 @@ describe.each(testDatabases())("webhooks on %s", database => {
 			active: true,
 			disabled_reason: null,
 			disabled_at: null,
+			header_names: [],
 			created_at: expect.stringMatching(ISO_TIME),
 			updated_at: body.created_at,
 			secret: expect.stringMatching(SECRET_FORM),
@@ -295,14 +296,14 @@ describe.each(testDatabases())("webhooks on %s", database => {
 
 		expect(byId(await subscribers(ORDER_STATUS))).toEqual(
 			byId([
-				{ id: orders.id, customerId: customer, url: orders.url, secrets: [orders.secret] },
-				{ id: both.id, customerId: customer, url: both.url, secrets: [both.secret] },
+				{ id: orders.id, customerId: customer, url: orders.url, secrets: [orders.secret], headers: {} },
+				{ id: both.id, customerId: customer, url: both.url, secrets: [both.secret], headers: {} },
 			]),
 		);
 		expect(byId(await subscribers(CAPTURE_READY))).toEqual(
 			byId([
-				{ id: both.id, customerId: customer, url: both.url, secrets: [both.secret] },
-				{ id: captures.id, customerId: customer, url: captures.url, secrets: [captures.secret] },
+				{ id: both.id, customerId: customer, url: both.url, secrets: [both.secret], headers: {} },
+				{ id: captures.id, customerId: customer, url: captures.url, secrets: [captures.secret], headers: {} },
 			]),
 		);
 		expect(await subscribers("imaging:unknown_topic")).toEqual([]);
@@ -331,8 +332,8 @@ describe.each(testDatabases())("webhooks on %s", database => {
 		});
 		expect([...resolved].sort((a, b) => a.id.localeCompare(b.id))).toEqual(
 			[
-				{ id: active.id, customerId: customer, url: active.url, active: true, secrets: [active.secret] },
-				{ id: inactive.id, customerId: customer, url: inactive.url, active: false, secrets: [inactive.secret] },
+				{ id: active.id, customerId: customer, url: active.url, active: true, secrets: [active.secret], headers: {} },
+				{ id: inactive.id, customerId: customer, url: inactive.url, active: false, secrets: [inactive.secret], headers: {} },
 			].sort((a, b) => a.id.localeCompare(b.id)),
 		);
 		expect(await stack.app.broker.call("webhooks.resolve", { ids: [] })).toEqual([]);

@@ -6,6 +6,7 @@ import { z } from "zod";
 import { PageContext, PageLink, PageQuery } from "./common";
 import { ExternalId } from "./events";
 import { MAX_WEBHOOK_URL_LENGTH } from "../url-policy";
+import { MAX_CUSTOM_HEADERS, headerNameProblem, headerValueProblem } from "../webhook-headers";
 
 export const MAX_WEBHOOK_NAME_LENGTH = 100;
 export const MAX_EVENTS_PER_WEBHOOK = 50;
@@ -31,6 +32,29 @@ export const EventList = z
 	.max(MAX_EVENTS_PER_WEBHOOK, `must list at most ${MAX_EVENTS_PER_WEBHOOK} event topics`)
 	.transform(topics => [...new Set(topics)]);
 
+/**
+ * Custom request headers, name → value. Every problem is reported with the header's name in the
+ * path (`headers.X-Api-Key`), so a client knows which one to fix. Names are kept as sent; two
+ * names that differ only in case are one header, and refused.
+ */
+export const CustomHeaders = z
+	.record(z.string(), z.unknown())
+	.superRefine((headers, ctx) => {
+		const names = Object.keys(headers);
+		if (names.length > MAX_CUSTOM_HEADERS) ctx.addIssue({ code: "custom", message: `must hold at most ${MAX_CUSTOM_HEADERS} headers, not ${names.length}` });
+		const seen = new Set<string>();
+		for (const name of names.slice(0, MAX_CUSTOM_HEADERS * 5)) {
+			const nameProblem = headerNameProblem(name);
+			const valueProblem = nameProblem ? undefined : headerValueProblem(headers[name]);
+			const duplicate = !nameProblem && seen.has(name.toLowerCase()) ? "is listed twice (header names are case-insensitive)" : undefined;
+			seen.add(name.toLowerCase());
+			const problem = nameProblem ?? duplicate ?? valueProblem;
+			if (problem) ctx.addIssue({ code: "custom", path: [name], message: `header "${name.slice(0, 100)}" ${problem}` });
+		}
+	})
+	.transform(headers => headers as Record<string, string>)
+	.describe(`Custom request headers sent with every delivery (at most ${MAX_CUSTOM_HEADERS}; values up to 1 KiB, no CR/LF). Write-only: answers list only \`header_names\`.`);
+
 interface EventFields {
 	events?: string[];
 	event_types?: string[];
@@ -51,6 +75,7 @@ export const CreateWebhook = z
 		url: WebhookUrl,
 		events: EventList.optional(),
 		event_types: EventList.optional(),
+		headers: CustomHeaders.optional(),
 	})
 	.strict()
 	// `when` runs this even if other fields failed, so the client hears about every problem at once.
@@ -72,17 +97,18 @@ export const UpdateWebhook = z
 		events: EventList.optional(),
 		event_types: EventList.optional(),
 		active: z.boolean().optional(),
+		headers: CustomHeaders.nullable().optional().describe("Replaces every custom header; `{}` or null removes them all"),
 		// Accepted here only so that the answer can say why it is refused.
 		url: z.unknown().optional(),
 	})
 	.strict()
 	.refine(value => value.url === undefined, { path: ["url"], message: URL_IS_FIXED, when: payload => isObject(payload.value) })
 	.refine(
-		value => ["name", "events", "event_types", "active", "url"].some(field => (value as Record<string, unknown>)[field] !== undefined),
-		{ path: [], message: "send at least one of name, events (or event_types), active", when: payload => isObject(payload.value) },
+		value => ["name", "events", "event_types", "active", "headers", "url"].some(field => (value as Record<string, unknown>)[field] !== undefined),
+		{ path: [], message: "send at least one of name, events (or event_types), active, headers", when: payload => isObject(payload.value) },
 	)
 	.refine(eventsAgree, EVENTS_DISAGREE)
-	.transform(({ id, name, events, event_types, active }) => ({ id, name, events: events ?? event_types, active }));
+	.transform(({ id, name, events, event_types, active, headers }) => ({ id, name, events: events ?? event_types, active, headers: headers === null ? {} : headers }));
 export type UpdateWebhook = z.output<typeof UpdateWebhook>;
 
 /** GET/DELETE /webhooks/{id}, POST /webhooks/{id}/rotate, webhooks.find. */
@@ -106,6 +132,7 @@ export const WebhookView = z.object({
 		"Null while active. `user`: switched off with PATCH; `gone`: the URL answered 410 Gone; `failing`: every attempt failed for WEBHOOK_DISABLE_AFTER",
 	),
 	disabled_at: z.string().nullable().describe("When it was disabled; null while active"),
+	header_names: z.array(z.string()).describe("Names of the custom request headers; their values are never returned"),
 	created_at: z.string(),
 	updated_at: z.string(),
 });
@@ -146,6 +173,8 @@ export interface Subscriber {
 	customerId: string;
 	url: string;
 	secrets: string[];
+	/** Custom request headers in clear (decrypted for the dispatcher only). */
+	headers: Record<string, string>;
 }
 
 export interface ResolvedWebhook extends Subscriber {

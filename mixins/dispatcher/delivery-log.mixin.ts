@@ -52,6 +52,7 @@ export const DeliveryLogMixin: DispatcherMixin = {
 					messageId: messageIdOf(crypto.randomUUID()),
 					body,
 					secrets: target.secrets,
+					headers: target.headers,
 					timeoutMs: this.config.WEBHOOK_TEST_TIMEOUT,
 				});
 				return {

@@ -111,7 +111,7 @@ export interface DeliveryUpdate {
 }
 
 /** A webhook as the worker needs it; `null` in the cache means it no longer exists. */
-export type Target = Pick<ResolvedWebhook, "id" | "url" | "active" | "secrets">;
+export type Target = Pick<ResolvedWebhook, "id" | "url" | "active" | "secrets" | "headers">;
 
 export interface IntakeItem {
 	eventId: string;
