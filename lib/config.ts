@@ -139,6 +139,7 @@ export const EnvSchema = z.object({
 
 	// Endpoint lifecycle (issue 11): auto-disable of dead endpoints and pruning of old data.
 	WEBHOOK_DISABLE_AFTER: duration("5d"),
+	RETENTION_PERIOD: duration("30d"),
 });
 
 export type Env = z.input<typeof EnvSchema>;

@@ -109,4 +109,14 @@ export const dispatcherMigrations: Migration[] = [
 			await db.schema.dropTable("webhook_failures");
 		},
 	},
+	{
+		// Retention walks old messages by time (mixins/dispatcher/retention.ts).
+		name: "003_messages_created_index",
+		async up(db) {
+			await db.schema.alterTable("delivery_messages", table => table.index(["created_at", "event_id"], "delivery_messages_created_idx"));
+		},
+		async down(db) {
+			await db.schema.alterTable("delivery_messages", table => table.dropIndex(["created_at", "event_id"], "delivery_messages_created_idx"));
+		},
+	},
 ];

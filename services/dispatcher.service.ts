@@ -33,6 +33,8 @@ import { ResultsMixin } from "../mixins/dispatcher/results.mixin";
 import { ClaimsMixin } from "../mixins/dispatcher/claims.mixin";
 import { DeliveryLogMixin } from "../mixins/dispatcher/delivery-log.mixin";
 import { LifecycleMixin } from "../mixins/dispatcher/lifecycle.mixin";
+import { DISPATCHER_PRUNE_JOBS } from "../mixins/dispatcher/retention";
+import { RetentionMixin } from "../mixins/retention.mixin";
 
 // Moleculer types a mixin with the base Service as `this`; the parts are typed with DispatcherThis.
 const parts = [
@@ -48,6 +50,8 @@ const parts = [
 	DeliveryLogMixin,
 	// action recover; events webhooks.updated / disabled; noteOutcome, disableWebhook, parkPending
 	LifecycleMixin,
+	// action prune; RETENTION_PERIOD: old messages, finished deliveries, attempts, rejected events
+	RetentionMixin(DISPATCHER_PRUNE_JOBS),
 ] as Partial<ServiceSchema>[];
 
 const DispatcherService: ServiceSchema<ServiceSettingSchema, DispatcherThis> = {

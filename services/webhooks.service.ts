@@ -13,6 +13,8 @@ import { webhooksMigrations, brokenUniqueRule } from "../migrations/webhooks";
 import { ClientProblem, ConflictError, NotFoundError, UnprocessableError, type FieldProblem } from "../lib/errors";
 import { decryptSecret, encryptSecret, generateWebhookSecret } from "../lib/crypto";
 import { openHeaders, sealHeaders } from "../lib/webhook-headers";
+import { RetentionMixin } from "../mixins/retention.mixin";
+import { EXPIRED_PREVIOUS_SECRETS } from "../mixins/webhooks/retention";
 import { parseAllowList, type AllowList } from "../lib/address-ranges";
 import { buildPage, decodeCursor } from "../lib/pagination";
 import { checkWebhookUrl } from "../lib/url-policy";
@@ -94,7 +96,7 @@ function rejectIfAny(problems: FieldProblem[]): void {
 
 const WebhooksService: ServiceSchema<ServiceSettingSchema, WebhooksThis> = {
 	name: "webhooks",
-	mixins: [DbMixin("webhooks", webhooksMigrations) as Partial<ServiceSchema>],
+	mixins: [DbMixin("webhooks", webhooksMigrations) as Partial<ServiceSchema>, RetentionMixin([EXPIRED_PREVIOUS_SECRETS]) as Partial<ServiceSchema>],
 
 	actions: {
 		/** POST /webhooks: the only answer, with rotate, that carries the secret. */
