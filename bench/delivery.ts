@@ -71,7 +71,7 @@ interface ReceiverStats {
 	latencies: number[];
 }
 
-class Receiver {
+export class Receiver {
 	/** Requests answered so far, as last reported by the receiver thread (every 2 ms). */
 	received = 0;
 	private pendingStats: Array<(stats: ReceiverStats) => void> = [];

@@ -7,8 +7,12 @@ import type { Knex } from "knex";
 
 /** Rows (or messages) per batch: a few milliseconds of work on either engine. */
 export const PRUNE_BATCH = 500;
-/** After a batch that took t ms, pause PRUNE_PAUSE_FACTOR × t (at least 5 ms): pruning gets ≤ 1/(1+factor) of the time. */
-export const PRUNE_PAUSE_FACTOR = 4;
+/**
+ * After a batch that took t ms, pause PRUNE_PAUSE_FACTOR × t (at least 5 ms): pruning takes at
+ * most a tenth of the time. On SQLite a batch also blocks the process's event loop while it runs
+ * (better-sqlite3 is synchronous), so this share is what deliveries lose while a backlog drains.
+ */
+export const PRUNE_PAUSE_FACTOR = 9;
 
 export interface PruneContext {
 	db: Knex;
