@@ -9,14 +9,10 @@
 //
 // Embedded default: SQLite under a temporary DATA_DIR; BENCH_DATABASE_URL=postgres://… measures
 // PostgreSQL instead (in a throw-away schema).
-import fs from "node:fs";
-import os from "node:os";
-import path from "node:path";
 import { performance } from "node:perf_hooks";
 import type { Knex } from "knex";
 import { isPostgres } from "../mixins/db.mixin";
-import { testCertificate } from "../test/helpers/https-receiver";
-import { Receiver } from "./delivery";
+import { startBenchTarget, type Receiver } from "./delivery";
 import { startBenchApp, type BenchApp } from "./lib/bench-app";
 import { round } from "./lib/stats";
 
@@ -88,22 +84,11 @@ async function deliverSustained(stack: BenchApp, receiver: Receiver, count: numb
 }
 
 export async function run(): Promise<object> {
-	const { key, cert } = testCertificate();
-	const caDir = fs.mkdtempSync(path.join(os.tmpdir(), "swh-bench-ca-"));
-	const caFile = path.join(caDir, "ca.pem");
-	fs.writeFileSync(caFile, cert);
-	const receiver = await Receiver.start(key, cert);
-	const url = `https://127.0.0.1:${receiver.port}/hook`;
+	const target = await startBenchTarget();
+	const { receiver, url } = target;
 	let stack: BenchApp | undefined;
 	try {
-		stack = await startBenchApp({
-			SERVICES: "topics,webhooks,users,dispatcher",
-			WEBHOOK_ALLOW_NETS: "127.0.0.0/8",
-			WEBHOOK_CA_FILE: caFile,
-			DELIVERY_CONCURRENCY: String(CONCURRENCY),
-			DELIVERY_WEBHOOK_CONCURRENCY: String(CONCURRENCY),
-			RETENTION_PERIOD: "30d",
-		});
+		stack = await startBenchApp({ ...target.dispatcherEnv, RETENTION_PERIOD: "30d" });
 		await stack.app.broker.call("webhooks.create", { name: "bench", url, events: ["tasking:order_status"] }, { meta: { customerId: "bench" } });
 		const messages = Math.ceil(ROWS / ROWS_PER_MESSAGE);
 		const seedStarted = performance.now();
@@ -146,8 +131,7 @@ export async function run(): Promise<object> {
 		};
 	} finally {
 		await stack?.stop();
-		await receiver.stop();
-		fs.rmSync(caDir, { recursive: true, force: true });
+		await target.stop();
 	}
 }
 

@@ -4,7 +4,7 @@
 // services' own `prune` actions, and the jobs with tiny batches to walk past pending work.
 import crypto from "node:crypto";
 import { testDatabases } from "./helpers/services";
-import { sleep, startDeliveryStack, waitUntil, type DeliveryStack, type OrderEvent } from "./helpers/delivery-stack";
+import { newCustomer, orderEvent, sleep, startDeliveryStack, waitUntil, type DeliveryStack, type OrderEvent } from "./helpers/delivery-stack";
 import { runPruneJobs } from "../lib/retention";
 import { DISPATCHER_PRUNE_JOBS } from "../mixins/dispatcher/retention";
 
@@ -15,20 +15,6 @@ describe.each(testDatabases())("retention on %s", database => {
 
 	const db = () => env.stack.db;
 	const count = async (table: string, where: Record<string, unknown> = {}) => Number((await db()(table).where(where).count({ count: "*" }))[0].count);
-	const newCustomer = async () => {
-		const id = `cust-${crypto.randomBytes(4).toString("hex")}`;
-		const userId = `user-${id}`;
-		const token = await env.stack.token(userId, { customer: id, email: `${userId}@example.com` });
-		await env.stack.request("GET", "/id/v3/user/details", { token });
-		return { id, userId, token };
-	};
-	const order = (customer: { id: string; userId: string }): OrderEvent => ({
-		event_id: crypto.randomUUID(),
-		customer_id: customer.id,
-		user_id: customer.userId,
-		order_id: `order-${crypto.randomBytes(4).toString("hex")}`,
-		status: "fulfilled",
-	});
 	const publish = (event: OrderEvent) => env.stack.app.broker.call("dispatcher.publish", event);
 	/** The broker event reaches both the dispatcher and the notifier (the email). */
 	const emit = (event: OrderEvent) => env.stack.app.broker.emit("tasking.order_status", event);
@@ -39,7 +25,7 @@ describe.each(testDatabases())("retention on %s", database => {
 	afterAll(() => env?.stop());
 
 	it("prunes finished rows older than the period, keeps pending and younger ones, and erases expired previous secrets", async () => {
-		const alice = await newCustomer();
+		const alice = await newCustomer(env.stack, { signIn: true });
 		await env.stack.request("PUT", "/id/v3/user/settings", {
 			token: alice.token,
 			body: { notifications: [{ category: "tasking", settings: [{ topic: "tasking:order_status", email: true }] }] },
@@ -49,7 +35,7 @@ describe.each(testDatabases())("retention on %s", database => {
 		env.script(parked, [], { status: 500 });
 
 		// Old work: delivered events, a parked (pending) delivery, a sent email, a rejected event.
-		const old = [order(alice), order(alice)];
+		const old = [orderEvent(alice), orderEvent(alice)];
 		for (const event of old) await emit(event);
 		await waitUntil(() => count("deliveries", { webhook_id: healthy.id, status: "succeeded" }), n => n === 2, "the old deliveries");
 		await waitUntil(() => count("deliveries", { webhook_id: parked.id }), n => n === 2, "the parked webhook's deliveries");
@@ -57,7 +43,7 @@ describe.each(testDatabases())("retention on %s", database => {
 		await env.stack.request("PATCH", `/id/v3/webhooks/${parked.id}`, { token: alice.token, body: { active: false } });
 		await waitUntil(() => count("deliveries", { webhook_id: parked.id, status: "pending", parked: true }), n => n === 2, "both to be parked");
 		await waitUntil(() => count("email_outbox", { user_id: alice.userId, status: "sent" }), n => n === 2, "the emails");
-		await expect(publish({ ...order(alice), status: "exploded" } as OrderEvent)).rejects.toThrow();
+		await expect(publish({ ...orderEvent(alice), status: "exploded" } as OrderEvent)).rejects.toThrow();
 		const rotated = await env.stack.request("POST", `/id/v3/webhooks/${healthy.id}/rotate`, { token: alice.token });
 		expect(rotated.status).toBe(200);
 		// A pending email that was never sent stays, however old.
@@ -78,7 +64,7 @@ describe.each(testDatabases())("retention on %s", database => {
 
 		await sleep(PERIOD_MS + 200);
 		// Young work, published after the old work has aged past the period.
-		const young = order(alice);
+		const young = orderEvent(alice);
 		await emit(young);
 		await waitUntil(() => count("deliveries", { event_id: young.event_id, webhook_id: healthy.id, status: "succeeded" }), n => n === 1, "the young delivery");
 		await waitUntil(() => count("email_outbox", { event_id: young.event_id, status: "sent" }), n => n === 1, "the young email");
@@ -130,11 +116,11 @@ describe.each(testDatabases())("retention on %s", database => {
 	});
 
 	it("walks past pending work in small batches without deleting it", async () => {
-		const bob = await newCustomer();
+		const bob = await newCustomer(env.stack, { signIn: true });
 		const held = await env.createWebhook(bob.token);
 		const done = await env.createWebhook(bob.token, { events: ["tasking:order_status"] });
 		env.script(held, [], { status: 500 });
-		const events = Array.from({ length: 7 }, () => order(bob));
+		const events = Array.from({ length: 7 }, () => orderEvent(bob));
 		for (const event of events) await publish(event);
 		await waitUntil(() => count("deliveries", { webhook_id: done.id, status: "succeeded" }), n => n === events.length, "the deliveries");
 		await waitUntil(() => db()("deliveries").where({ webhook_id: held.id }).min({ attempts: "attempt_count" }), rows => Number(rows[0].attempts) >= 1, "first attempts");

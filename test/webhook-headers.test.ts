@@ -4,7 +4,7 @@
 import crypto from "node:crypto";
 import { Writable } from "node:stream";
 import { testDatabases } from "./helpers/services";
-import { startDeliveryStack, waitUntil, type DeliveryStack } from "./helpers/delivery-stack";
+import { newCustomer, startDeliveryStack, waitUntil, type DeliveryStack } from "./helpers/delivery-stack";
 import { expectProblem, snapshotTables } from "./helpers/stack";
 
 const SECRET_VALUE = `Bearer tok-${crypto.randomBytes(12).toString("hex")}`;
@@ -14,11 +14,6 @@ describe.each(testDatabases())("custom webhook headers on %s", database => {
 	let env: DeliveryStack;
 	let logged = "";
 
-	const newCustomer = async () => {
-		const id = `cust-${crypto.randomBytes(4).toString("hex")}`;
-		const userId = `user-${id}`;
-		return { id, userId, token: await env.stack.token(userId, { customer: id }) };
-	};
 	const create = (token: string, body: Record<string, unknown>) =>
 		env.stack.request("POST", "/id/v3/webhooks", {
 			token,
@@ -56,7 +51,7 @@ describe.each(testDatabases())("custom webhook headers on %s", database => {
 	afterAll(() => env?.stop());
 
 	it("sends the configured headers with every delivery and the test request, and shows only their names", async () => {
-		const alice = await newCustomer();
+		const alice = await newCustomer(env.stack);
 		const created = await create(alice.token, { headers: { Authorization: SECRET_VALUE, "X-Api-Key": OTHER_VALUE } });
 		expect(created.status).toBe(201);
 		expect(created.body.header_names).toEqual(["Authorization", "X-Api-Key"]);
@@ -98,7 +93,7 @@ describe.each(testDatabases())("custom webhook headers on %s", database => {
 	});
 
 	it("never stores or logs a value in clear", async () => {
-		const alice = await newCustomer();
+		const alice = await newCustomer(env.stack);
 		const created = await create(alice.token, { headers: { Authorization: SECRET_VALUE, "X-Api-Key": OTHER_VALUE } });
 		expect(created.status).toBe(201);
 		await env.stack.request("POST", `/id/v3/webhooks/${created.body.id}/test`, { token: alice.token });
@@ -120,7 +115,7 @@ describe.each(testDatabases())("custom webhook headers on %s", database => {
 	});
 
 	it("refuses reserved, hop-by-hop and malformed names, bad values and too many headers with 422 naming the header, writing nothing", async () => {
-		const alice = await newCustomer();
+		const alice = await newCustomer(env.stack);
 		const existing = await create(alice.token, { headers: { "X-Keep": "yes" } });
 		const before = await snapshotTables(env.stack.db, ["webhooks"]);
 		const tooMany = Object.fromEntries(Array.from({ length: 21 }, (_, i) => [`X-H${i}`, "v"]));

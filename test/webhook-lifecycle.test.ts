@@ -2,9 +2,8 @@
 // Retry-After delays the next attempt within the retry window, a webhook failing for
 // WEBHOOK_DISABLE_AFTER disables itself, the customer hears of it through `webhook:disabled`, and
 // re-enabling resumes what was parked. On SQLite and PostgreSQL.
-import crypto from "node:crypto";
 import { testDatabases } from "./helpers/services";
-import { sleep, startDeliveryStack, verified, waitUntil, type CreatedWebhook, type DeliveryStack, type OrderEvent } from "./helpers/delivery-stack";
+import { newCustomer, orderEvent, sleep, startDeliveryStack, verified, waitUntil, type CreatedWebhook, type DeliveryStack, type OrderEvent } from "./helpers/delivery-stack";
 import { metricsOf } from "../lib/metrics";
 
 const RETRY_OFFSETS_MS = [1_000, 2_000, 3_000, 4_000, 5_000];
@@ -14,19 +13,6 @@ describe.each(testDatabases())("webhook lifecycle on %s", database => {
 
 	const db = () => env.stack.db;
 	const publish = (event: OrderEvent) => env.stack.app.broker.call("dispatcher.publish", event) as Promise<{ deliveries: number }>;
-	const newCustomer = async () => {
-		const id = `cust-${crypto.randomBytes(4).toString("hex")}`;
-		const userId = `user-${id}`;
-		const token = await env.stack.token(userId, { customer: id });
-		return { id, userId, token };
-	};
-	const order = (customer: { id: string; userId: string }): OrderEvent => ({
-		event_id: crypto.randomUUID(),
-		customer_id: customer.id,
-		user_id: customer.userId,
-		order_id: `order-${crypto.randomBytes(4).toString("hex")}`,
-		status: "fulfilled",
-	});
 	const deliveryOf = (eventId: string, webhook: CreatedWebhook) => db()("deliveries").where({ event_id: eventId, webhook_id: webhook.id }).first();
 	const getWebhook = async (webhook: CreatedWebhook, token: string) => (await env.stack.request("GET", `/id/v3/webhooks/${webhook.id}`, { token })).body;
 	const disables = async (reason: string) => {
@@ -41,7 +27,7 @@ describe.each(testDatabases())("webhook lifecycle on %s", database => {
 	afterAll(() => env?.stop());
 
 	it("lists webhook:disabled among the topics a webhook can subscribe to, but not among email topics", async () => {
-		const alice = await newCustomer();
+		const alice = await newCustomer(env.stack);
 		const topics = await env.stack.request("GET", "/id/v3/webhooks/events", { token: alice.token });
 		expect(topics.body.map((topic: { topic: string }) => topic.topic)).toEqual(["tasking:order_status", "webhook:disabled"]);
 		const details = await env.stack.request("GET", "/id/v3/user/details", { token: alice.token });
@@ -49,15 +35,15 @@ describe.each(testDatabases())("webhook lifecycle on %s", database => {
 	});
 
 	it("disables a webhook whose URL answers 410 Gone, parks its deliveries, tells the customer, and resumes them when re-enabled", async () => {
-		const alice = await newCustomer();
+		const alice = await newCustomer(env.stack);
 		const gone = await env.createWebhook(alice.token);
 		const watcher = await env.createWebhook(alice.token, { events: ["webhook:disabled"] });
-		const bystander = await newCustomer();
+		const bystander = await newCustomer(env.stack);
 		const otherWatcher = await env.createWebhook(bystander.token, { events: ["webhook:disabled"] });
 		env.script(gone, [{ status: 410 }], { status: 410 });
 		const goneBefore = await disables("gone");
 
-		const first = order(alice);
+		const first = orderEvent(alice);
 		await publish(first);
 		const disabled = await waitUntil(() => getWebhook(gone, alice.token), body => body.active === false, "the webhook to be disabled");
 		expect(disabled).toMatchObject({ active: false, disabled_reason: "gone", disabled_at: expect.any(String) });
@@ -91,10 +77,10 @@ describe.each(testDatabases())("webhook lifecycle on %s", database => {
 	});
 
 	it("shows no next attempt for a disabled webhook's pending deliveries at once, and resumes them on re-enable", async () => {
-		const alice = await newCustomer();
+		const alice = await newCustomer(env.stack);
 		const webhook = await env.createWebhook(alice.token);
 		env.script(webhook, [{ status: 500 }]);
-		const event = order(alice);
+		const event = orderEvent(alice);
 		await publish(event);
 		const failedOnce = await waitUntil(() => deliveryOf(event.event_id!, webhook), row => row?.attempt_count === 1 && row.lease_id === null, "the first attempt");
 		expect(failedOnce.next_attempt_at).not.toBeNull();
@@ -112,10 +98,10 @@ describe.each(testDatabases())("webhook lifecycle on %s", database => {
 	});
 
 	it("waits at least as long as a 429's Retry-After in seconds before the next attempt", async () => {
-		const alice = await newCustomer();
+		const alice = await newCustomer(env.stack);
 		const webhook = await env.createWebhook(alice.token);
 		env.script(webhook, [{ status: 429, headers: { "retry-after": "2" } }]);
-		const event = order(alice);
+		const event = orderEvent(alice);
 		await publish(event);
 		const done = await waitUntil(() => deliveryOf(event.event_id!, webhook), row => row?.status === "succeeded", "the retried delivery");
 		expect(done.attempt_count).toBe(2);
@@ -127,14 +113,14 @@ describe.each(testDatabases())("webhook lifecycle on %s", database => {
 	});
 
 	it("honours a 503's Retry-After HTTP date, and clamps one past the retry window to its end", async () => {
-		const alice = await newCustomer();
+		const alice = await newCustomer(env.stack);
 		const dated = await env.createWebhook(alice.token);
 		const far = await env.createWebhook(alice.token);
 		// HTTP dates have whole seconds: 3 s ahead, rounded up, is after the schedule's 1 s.
 		const askedFor = new Date(Math.ceil((Date.now() + 3_000) / 1000) * 1000);
 		env.script(dated, [{ status: 503, headers: { "retry-after": askedFor.toUTCString() } }], { hang: true });
 		env.script(far, [{ status: 503, headers: { "retry-after": "86400" } }], { hang: true });
-		const event = order(alice);
+		const event = orderEvent(alice);
 		await publish(event);
 
 		const datedRow = await waitUntil(() => deliveryOf(event.event_id!, dated), row => row?.attempt_count === 1 && row.lease_id === null, "the dated 503 to be recorded");
@@ -149,7 +135,7 @@ describe.each(testDatabases())("webhook lifecycle on %s", database => {
 	});
 
 	it("disables a webhook whose every attempt failed for WEBHOOK_DISABLE_AFTER over several messages, and tells the customer", async () => {
-		const alice = await newCustomer();
+		const alice = await newCustomer(env.stack);
 		const dead = await env.createWebhook(alice.token);
 		const flaky = await env.createWebhook(alice.token);
 		const watcher = await env.createWebhook(alice.token, { events: ["webhook:disabled"] });
@@ -159,7 +145,7 @@ describe.each(testDatabases())("webhook lifecycle on %s", database => {
 		env.script(flaky, [], () => ({ status: ++flakyCalls % 3 === 0 ? 200 : 500 }));
 		const failingBefore = await disables("failing");
 
-		const events = [order(alice), order(alice), order(alice)];
+		const events = [orderEvent(alice), orderEvent(alice), orderEvent(alice)];
 		for (const event of events) await publish(event);
 		const disabled = await waitUntil(() => getWebhook(dead, alice.token), body => body.active === false, "the failing webhook to be disabled");
 		expect(disabled).toMatchObject({ disabled_reason: "failing" });

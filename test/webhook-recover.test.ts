@@ -3,7 +3,7 @@
 // per call, idempotence, isolation between customers and bad input. On SQLite and PostgreSQL.
 import crypto from "node:crypto";
 import { testDatabases } from "./helpers/services";
-import { startDeliveryStack, waitUntil, type CreatedWebhook, type DeliveryStack, type OrderEvent } from "./helpers/delivery-stack";
+import { newCustomer, orderEvent, startDeliveryStack, waitUntil, type CreatedWebhook, type DeliveryStack } from "./helpers/delivery-stack";
 import { expectProblem, snapshotTables } from "./helpers/stack";
 import { timeOrderedUuid } from "../lib/ids";
 import { MAX_RECOVER_BATCH } from "../lib/schemas/deliveries";
@@ -12,20 +12,8 @@ describe.each(testDatabases())("recover on %s", database => {
 	let env: DeliveryStack;
 
 	const db = () => env.stack.db;
-	const newCustomer = async () => {
-		const id = `cust-${crypto.randomBytes(4).toString("hex")}`;
-		const userId = `user-${id}`;
-		return { id, userId, token: await env.stack.token(userId, { customer: id }) };
-	};
-	const order = (customer: { id: string; userId: string }): OrderEvent => ({
-		event_id: crypto.randomUUID(),
-		customer_id: customer.id,
-		user_id: customer.userId,
-		order_id: `order-${crypto.randomBytes(4).toString("hex")}`,
-		status: "fulfilled",
-	});
 	const publishAll = async (customer: { id: string; userId: string }, count: number) => {
-		const events = Array.from({ length: count }, () => order(customer));
+		const events = Array.from({ length: count }, () => orderEvent(customer));
 		for (const event of events) await env.stack.app.broker.call("dispatcher.publish", event);
 		return events.map(event => event.event_id!);
 	};
@@ -42,7 +30,7 @@ describe.each(testDatabases())("recover on %s", database => {
 	afterAll(() => env?.stop());
 
 	it("gives every failed delivery in the window one fresh attempt now, answers 202 with the count, and is idempotent", async () => {
-		const alice = await newCustomer();
+		const alice = await newCustomer(env.stack);
 		const webhook = await env.createWebhook(alice.token);
 		const sibling = await env.createWebhook(alice.token);
 		env.script(webhook, [], { status: 500 });
@@ -79,7 +67,7 @@ describe.each(testDatabases())("recover on %s", database => {
 	});
 
 	it("schedules at most 10,000 per call and says how many are left", async () => {
-		const alice = await newCustomer();
+		const alice = await newCustomer(env.stack);
 		const webhook = await env.createWebhook(alice.token);
 		// Disabled, so that the recovered deliveries park instead of sending ten thousand requests.
 		await env.stack.request("PATCH", `/id/v3/webhooks/${webhook.id}`, { token: alice.token, body: { active: false } });
@@ -116,8 +104,8 @@ describe.each(testDatabases())("recover on %s", database => {
 	});
 
 	it("answers 404 for another customer's webhook or an unknown one, and 422 for bad input, writing nothing", async () => {
-		const alice = await newCustomer();
-		const mallory = await newCustomer();
+		const alice = await newCustomer(env.stack);
+		const mallory = await newCustomer(env.stack);
 		const webhook = await env.createWebhook(alice.token);
 		env.script(webhook, [], { status: 500 });
 		const events = await publishAll(alice, 1);

@@ -2,6 +2,7 @@
 // real database, plus a real HTTPS receiver (self-signed certificate, trusted through
 // WEBHOOK_CA_FILE, loopback allowed through WEBHOOK_ALLOW_NETS). Each webhook gets its own path
 // on the receiver, with its own scripted answers.
+import crypto from "node:crypto";
 import { startStack, type Stack, type StackOptions } from "./stack";
 import { startHttpsReceiver, verifyDelivery, type HttpsReceiver, type ReceivedRequest, type Responder, type ScriptedResponse } from "./https-receiver";
 import type { DatabaseKind } from "./services";
@@ -102,3 +103,30 @@ export function verified(request: ReceivedRequest, secret: string): any {
 }
 
 export type OrderEvent = TaskingOrderStatusInput;
+
+export interface TestCustomer {
+	id: string;
+	userId: string;
+	token: string;
+}
+
+/** A fresh customer with one user, so tests sharing a stack keep their webhooks apart. `signIn` records the user (with an email address). */
+export async function newCustomer(stack: Stack, options: { signIn?: boolean } = {}): Promise<TestCustomer> {
+	const id = `cust-${crypto.randomBytes(4).toString("hex")}`;
+	const userId = `user-${id}`;
+	const token = await stack.token(userId, { customer: id, email: `${userId}@example.com` });
+	if (options.signIn) await stack.request("GET", "/id/v3/user/details", { token });
+	return { id, userId, token };
+}
+
+/** A valid tasking order status event for the customer, with a fresh event_id. */
+export function orderEvent(customer: { id: string; userId: string }, extra: Partial<OrderEvent> = {}): OrderEvent {
+	return {
+		event_id: crypto.randomUUID(),
+		customer_id: customer.id,
+		user_id: customer.userId,
+		order_id: `order-${crypto.randomBytes(4).toString("hex")}`,
+		status: "fulfilled",
+		...extra,
+	};
+}
