@@ -5,6 +5,7 @@
 import { testDatabases } from "./helpers/services";
 import { newCustomer, orderEvent, sleep, startDeliveryStack, verified, waitUntil, type CreatedWebhook, type DeliveryStack, type OrderEvent } from "./helpers/delivery-stack";
 import { metricsOf } from "../lib/metrics";
+import { WebhookDisabledMessage } from "../lib/schemas/webhooks";
 
 const RETRY_OFFSETS_MS = [1_000, 2_000, 3_000, 4_000, 5_000];
 
@@ -57,7 +58,9 @@ describe.each(testDatabases())("webhook lifecycle on %s", database => {
 
 		// The watcher gets a signed webhook:disabled message; another customer's watcher gets nothing.
 		const [notice] = await waitUntil(() => env.received(watcher), requests => requests.length >= 1, "the webhook:disabled delivery");
-		expect(verified(notice, watcher.secret)).toEqual({
+		const payload = verified(notice, watcher.secret);
+		expect(WebhookDisabledMessage.strict().safeParse(payload).success).toBe(true);
+		expect(payload).toEqual({
 			type: "webhook:disabled",
 			timestamp: disabled.disabled_at,
 			data: { webhook_id: gone.id, name: disabled.name, url: gone.url, reason: "gone", disabled_at: disabled.disabled_at },

@@ -204,6 +204,20 @@ export interface WebhookRemovedEvent {
 
 export type WebhookRotatedEvent = WebhookRemovedEvent;
 
+/** The body delivered to webhooks subscribed to the operational topic `webhook:disabled`. */
+export const WebhookDisabledMessage = z.object({
+	type: z.literal("webhook:disabled"),
+	timestamp: z.string().describe("When the webhook was disabled"),
+	data: z.object({
+		webhook_id: z.uuid(),
+		name: z.string(),
+		url: z.string(),
+		reason: DisabledReason,
+		disabled_at: z.string(),
+	}),
+});
+export type WebhookDisabledMessage = z.infer<typeof WebhookDisabledMessage>;
+
 /** Broadcast when a webhook is disabled, whatever the reason (after webhooks.updated). */
 export interface WebhookDisabledEvent {
 	id: string;

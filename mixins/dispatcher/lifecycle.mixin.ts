@@ -3,7 +3,7 @@
 //   failing   every attempt of a webhook failed for WEBHOOK_DISABLE_AFTER, over at least
 //             MIN_FAILED_MESSAGES messages: disabled with reason `failing`. Outcomes are folded
 //             in memory and written to `webhook_failures` about once a second, so the send loop
-//             never waits on this bookkeeping; a success anywhere deletes the webhook's row.
+//             never waits on this bookkeeping; a success on any instance deletes the webhook's row.
 //   parking   a disabled webhook's pending deliveries are parked at once (next_attempt_at null),
 //             whoever disabled it; re-enabling resumes them (claims.mixin.ts).
 //   notice    a disable is told to the customer's webhooks subscribed to `webhook:disabled`,
@@ -17,7 +17,7 @@ import { chunks } from "../../lib/sql-rows";
 import { timeOrderedUuid } from "../../lib/ids";
 import { WEBHOOK_DISABLED } from "../../lib/schemas/topics";
 import type { DeliveryOutcome } from "../../lib/webhook-sender";
-import type { DisableResult, Subscriber, WebhookDisabledEvent } from "../../lib/schemas/webhooks";
+import type { DisableResult, Subscriber, WebhookDisabledEvent, WebhookDisabledMessage } from "../../lib/schemas/webhooks";
 import { MAX_RECOVER_BATCH, RecoverParams, type RecoverResult } from "../../lib/schemas/deliveries";
 import { ROWS_PER_STATEMENT, type DispatcherMixin, type DispatcherThis, type NewDeliveryRow, type TenantMeta } from "./shared";
 
@@ -90,7 +90,10 @@ export const LifecycleMixin: DispatcherMixin = {
 				try {
 					if (active === false) await this.parkPending(id);
 					// Re-enabled: its failure streak starts again from nothing.
-					if (active === true) await this.db("webhook_failures").where({ webhook_id: id }).delete();
+					if (active === true) {
+						this.health.delete(id);
+						await this.db("webhook_failures").where({ webhook_id: id }).delete();
+					}
 				} catch (err) {
 					this.logger.error(`Could not update the deliveries of webhook ${id} after a status change`, err);
 				}
@@ -111,9 +114,9 @@ export const LifecycleMixin: DispatcherMixin = {
 		noteOutcome(this: DispatcherThis, webhookId: string, outcome: DeliveryOutcome, attemptCount: number): void {
 			let health = this.health.get(webhookId);
 			if (outcome.success) {
+				// Recorded even when this instance saw no failure: another instance may have.
 				if (health) Object.assign(health, { succeeded: true, failingSince: null, failedMessages: 0 });
-				else if (this.knownFailing.has(webhookId)) this.health.set(webhookId, { succeeded: true, failingSince: null, failedMessages: 0 });
-				else return;
+				else this.health.set(webhookId, { succeeded: true, failingSince: null, failedMessages: 0 });
 			} else {
 				if (!health) this.health.set(webhookId, (health = { succeeded: false, failingSince: null, failedMessages: 0 }));
 				health.failingSince ??= outcome.attemptedAt;
@@ -137,11 +140,9 @@ export const LifecycleMixin: DispatcherMixin = {
 			try {
 				const cleared = [...seen].filter(([, health]) => health.succeeded).map(([id]) => id);
 				for (const batch of chunks(cleared, ROWS_PER_STATEMENT)) await this.db("webhook_failures").whereIn("webhook_id", batch).delete();
-				for (const id of cleared) this.knownFailing.delete(id);
 				for (const [webhookId, health] of seen) {
 					if (!health.failingSince) continue;
 					failing.push(webhookId);
-					this.knownFailing.add(webhookId);
 					await this.db("webhook_failures")
 						.insert({ webhook_id: webhookId, failing_since: health.failingSince, failed_messages: health.failedMessages, updated_at: now })
 						.onConflict("webhook_id")
@@ -169,7 +170,7 @@ export const LifecycleMixin: DispatcherMixin = {
 					await this.parkPending(webhookId);
 				}
 				await this.db("webhook_failures").where({ webhook_id: webhookId }).delete();
-				this.knownFailing.delete(webhookId);
+				this.health.delete(webhookId);
 			} catch (err) {
 				// The next failure (or 410) tries again.
 				this.logger.error(`Could not disable webhook ${webhookId} (${reason})`, err);
@@ -194,11 +195,12 @@ export const LifecycleMixin: DispatcherMixin = {
 			const recipients = subscribers.filter(subscriber => subscriber.id !== notice.id);
 			if (recipients.length === 0) return;
 			const eventId = noticeEventId(notice.id, notice.disabled_at);
-			const body = JSON.stringify({
-				type: WEBHOOK_DISABLED.topic,
+			const message: WebhookDisabledMessage = {
+				type: "webhook:disabled",
 				timestamp: notice.disabled_at,
 				data: { webhook_id: notice.id, name: notice.name, url: notice.url, reason: notice.reason, disabled_at: notice.disabled_at },
-			});
+			};
+			const body = JSON.stringify(message);
 			const now = nowIso();
 			let created = 0;
 			await this.db.transaction(async trx => {
@@ -229,7 +231,6 @@ export const LifecycleMixin: DispatcherMixin = {
 
 	created(this: DispatcherThis) {
 		this.health = new Map();
-		this.knownFailing = new Set();
 		this.healthTimer = null;
 	},
 

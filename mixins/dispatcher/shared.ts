@@ -187,7 +187,6 @@ export type DispatcherThis = DbServiceThis & {
 	cancelPending(webhookId: string): Promise<number>;
 	// lifecycle.mixin.ts
 	health: Map<string, WebhookHealth>;
-	knownFailing: Set<string>;
 	healthTimer: NodeJS.Timeout | null;
 	noteOutcome(webhookId: string, outcome: DeliveryOutcome, attemptCount: number): void;
 	flushHealth(): Promise<void>;
