@@ -68,6 +68,9 @@ describe.each(testDatabases())("webhook lifecycle on %s", database => {
 		const noticeRow = await db()("deliveries as d").join("delivery_messages as m", "m.event_id", "d.event_id").where({ "d.webhook_id": watcher.id }).first("d.status", "m.type");
 		expect(noticeRow).toEqual({ status: expect.any(String), type: "webhook:disabled" });
 		await sleep(500);
+		// One notice, though both the broadcast and the disabling dispatcher write it.
+		expect(await db()("deliveries").where({ webhook_id: watcher.id })).toHaveLength(1);
+		expect(env.received(watcher)).toHaveLength(1);
 		expect(env.received(otherWatcher)).toHaveLength(0);
 		expect(env.received(gone)).toHaveLength(1);
 

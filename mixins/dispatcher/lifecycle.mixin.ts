@@ -165,9 +165,13 @@ export const LifecycleMixin: DispatcherMixin = {
 		async disableWebhook(this: DispatcherThis, webhookId: string, reason: "gone" | "failing"): Promise<void> {
 			try {
 				const result = await this.broker.call<DisableResult, { id: string; reason: string }>("webhooks.disable", { id: webhookId, reason });
-				if (result.disabled) {
+				if (result.disabled && result.webhook) {
 					this.targets.delete(webhookId);
 					await this.parkPending(webhookId);
+					// Not only on the broadcast, which a node that is reconnecting would miss; the
+					// notice's fixed event_id makes the second write a no-op.
+					const { id, customerId, name, url, disabled_at: disabledAt } = result.webhook;
+					await this.notifyDisabled({ id, customerId, name, url, reason, disabled_at: disabledAt ?? new Date().toISOString() });
 				}
 				await this.db("webhook_failures").where({ webhook_id: webhookId }).delete();
 				this.health.delete(webhookId);
