@@ -173,4 +173,27 @@ describe.each(testDatabases())("webhook lifecycle on %s", database => {
 		expect(await getWebhook(flaky, alice.token)).toMatchObject({ active: true, disabled_reason: null });
 		expect(flakyCalls).toBeGreaterThanOrEqual(3);
 	});
+
+	it("refuses malformed webhooks.disable calls, ignores malformed webhooks.disabled events and other customers' names, writing nothing", async () => {
+		const alice = await newCustomer(env.stack);
+		const webhook = await env.createWebhook(alice.token);
+		const watcher = await env.createWebhook(alice.token, { events: ["webhook:disabled"] });
+		const broker = env.stack.app.broker;
+		for (const params of [{}, { id: webhook.id }, { id: webhook.id, reason: "user" }, { id: webhook.id, reason: "bored" }, { id: "x", reason: "gone" }, { id: webhook.id, reason: "gone", extra: 1 }]) {
+			await expect(broker.call("webhooks.disable", params)).rejects.toMatchObject({ code: 422 });
+		}
+		// An id nobody has: nothing to disable.
+		expect(await broker.call("webhooks.disable", { id: "00000000-0000-4000-8000-000000000000", reason: "gone" })).toEqual({ disabled: false, webhook: null });
+		expect(await getWebhook(webhook, alice.token)).toMatchObject({ active: true, disabled_reason: null });
+
+		const messagesBefore = Number((await db()("delivery_messages").count({ count: "*" }))[0].count);
+		const valid = { id: webhook.id, customerId: alice.id, name: "x", url: webhook.url, reason: "gone", disabled_at: new Date().toISOString() };
+		for (const payload of [null, "disabled", { ...valid, customerId: undefined }, { ...valid, reason: "bored" }, { ...valid, disabled_at: "yesterday" }, { ...valid, id: "1; DROP TABLE deliveries" }, { ...valid, name: "n".repeat(5_000) }]) {
+			broker.broadcast("webhooks.disabled", payload);
+		}
+		await sleep(500);
+		expect(Number((await db()("delivery_messages").count({ count: "*" }))[0].count)).toBe(messagesBefore);
+		expect(env.received(watcher)).toHaveLength(0);
+		expect(await getWebhook(webhook, alice.token)).toMatchObject({ active: true });
+	});
 });

@@ -219,11 +219,14 @@ export const WebhookDisabledMessage = z.object({
 export type WebhookDisabledMessage = z.infer<typeof WebhookDisabledMessage>;
 
 /** Broadcast when a webhook is disabled, whatever the reason (after webhooks.updated). */
-export interface WebhookDisabledEvent {
-	id: string;
-	customerId: string;
-	name: string;
-	url: string;
-	reason: DisabledReason;
-	disabled_at: string;
-}
+export const WebhookDisabledEvent = z
+	.object({
+		id: WebhookId,
+		customerId: ExternalId,
+		name: z.string().max(MAX_WEBHOOK_NAME_LENGTH),
+		url: WebhookUrl,
+		reason: DisabledReason,
+		disabled_at: z.iso.datetime(),
+	})
+	.strict();
+export type WebhookDisabledEvent = z.infer<typeof WebhookDisabledEvent>;

@@ -17,7 +17,7 @@ import { chunks } from "../../lib/sql-rows";
 import { timeOrderedUuid } from "../../lib/ids";
 import { WEBHOOK_DISABLED } from "../../lib/schemas/topics";
 import type { DeliveryOutcome } from "../../lib/webhook-sender";
-import type { DisableResult, Subscriber, WebhookDisabledEvent, WebhookDisabledMessage } from "../../lib/schemas/webhooks";
+import { WebhookDisabledEvent, type DisableResult, type Subscriber, type WebhookDisabledMessage } from "../../lib/schemas/webhooks";
 import { MAX_RECOVER_BATCH, RecoverParams, type RecoverResult } from "../../lib/schemas/deliveries";
 import { ROWS_PER_STATEMENT, type DispatcherMixin, type DispatcherThis, type NewDeliveryRow, type TenantMeta } from "./shared";
 
@@ -101,10 +101,15 @@ export const LifecycleMixin: DispatcherMixin = {
 		},
 
 		"webhooks.disabled": {
-			async handler(this: DispatcherThis, ctx: Context<WebhookDisabledEvent>) {
+			async handler(this: DispatcherThis, ctx: Context<unknown>) {
+				const notice = WebhookDisabledEvent.safeParse(ctx.params);
+				if (!notice.success) {
+					this.logger.warn(`Ignored a malformed webhooks.disabled event: ${notice.error.issues.map(issue => `${issue.path.join(".") || "(event)"}: ${issue.message}`).join("; ")}`);
+					return;
+				}
 				// Every dispatcher instance hears the broadcast; the notice's fixed event_id makes the
 				// second and later writes no-ops.
-				await this.notifyDisabled(ctx.params).catch(err => this.logger.error(`Could not record the ${WEBHOOK_DISABLED.topic} notice of webhook ${ctx.params?.id}`, err));
+				await this.notifyDisabled(notice.data).catch(err => this.logger.error(`Could not record the ${WEBHOOK_DISABLED.topic} notice of webhook ${notice.data.id}`, err));
 			},
 		},
 	},
