@@ -1,19 +1,22 @@
 // Auto-disable with two dispatcher instances (two brokers) on one database: the failure streak
 // lives in the database, so a success seen by either instance ends it, and a dead webhook is
 // disabled once, with one webhook:disabled notice, whichever instance decides. SQLite and PostgreSQL.
-import { startStack, type Stack } from "./helpers/stack";
+import type { Stack } from "./helpers/stack";
 import { testDatabases } from "./helpers/services";
-import { newCustomer, orderEvent, sleep, startDeliveryStack, waitUntil, FAST_DELIVERY_ENV, type DeliveryStack } from "./helpers/delivery-stack";
-import { metricsOf } from "../lib/metrics";
+import {
+	attemptsMadeBy,
+	newCustomer,
+	orderEvent,
+	sleep,
+	startDeliveryStack,
+	startSecondDispatcher,
+	stopSecondDispatcher,
+	waitUntil,
+	type DeliveryStack,
+} from "./helpers/delivery-stack";
 
 // Small capacity, so both instances' poll loops claim retries; a test-sized failure window.
 const INSTANCE_ENV = { DELIVERY_CONCURRENCY: "2", DELIVERY_WEBHOOK_CONCURRENCY: "1", WEBHOOK_DISABLE_AFTER: "2s" };
-
-async function attemptsBy(stack: Stack): Promise<number> {
-	const metric = metricsOf(stack.app.broker).getSingleMetric("webhook_delivery_attempts_total");
-	const { values } = await metric!.get();
-	return values.reduce((sum, value) => sum + value.value, 0);
-}
 
 describe.each(testDatabases())("auto-disable across two dispatcher instances on %s", database => {
 	let first: DeliveryStack;
@@ -21,17 +24,10 @@ describe.each(testDatabases())("auto-disable across two dispatcher instances on 
 
 	beforeAll(async () => {
 		first = await startDeliveryStack(database, { env: INSTANCE_ENV });
-		second = await startStack({
-			services: ["webhooks", "dispatcher"],
-			database,
-			dataDir: first.stack.dataDir,
-			schema: first.stack.schema,
-			env: { ...FAST_DELIVERY_ENV, ...INSTANCE_ENV, WEBHOOK_CA_FILE: first.caFile },
-		});
+		second = await startSecondDispatcher(first, database, INSTANCE_ENV);
 	});
 	afterAll(async () => {
-		await second?.stopServices();
-		await second?.db.destroy();
+		await stopSecondDispatcher(second);
 		await first?.stop();
 	});
 
@@ -44,8 +40,8 @@ describe.each(testDatabases())("auto-disable across two dispatcher instances on 
 		first.script(flaky, [], () => ({ status: ++flakyCalls % 4 === 0 ? 200 : 500 }));
 		first.script(dead, [], { status: 500 });
 
-		const firstBefore = await attemptsBy(first.stack);
-		const secondBefore = await attemptsBy(second);
+		const firstBefore = await attemptsMadeBy(first.stack.app.broker);
+		const secondBefore = await attemptsMadeBy(second.app.broker);
 		for (let i = 0; i < 6; i++) await first.stack.app.broker.call("dispatcher.publish", orderEvent(alice));
 
 		const disabled = await waitUntil(
@@ -56,8 +52,8 @@ describe.each(testDatabases())("auto-disable across two dispatcher instances on 
 		expect(disabled.disabled_reason).toBe("failing");
 		await waitUntil(() => first.stack.db("deliveries").where({ webhook_id: flaky.id, status: "pending" }), rows => rows.length === 0, "the flaky webhook's deliveries to finish");
 		// Both instances attempted deliveries: the streak really was shared.
-		expect(await attemptsBy(first.stack)).toBeGreaterThan(firstBefore);
-		expect(await attemptsBy(second)).toBeGreaterThan(secondBefore);
+		expect(await attemptsMadeBy(first.stack.app.broker)).toBeGreaterThan(firstBefore);
+		expect(await attemptsMadeBy(second.app.broker)).toBeGreaterThan(secondBefore);
 		const flakyNow = (await first.stack.request("GET", `/id/v3/webhooks/${flaky.id}`, { token: alice.token })).body;
 		expect(flakyNow).toMatchObject({ active: true, disabled_reason: null });
 

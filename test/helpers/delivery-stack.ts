@@ -3,6 +3,8 @@
 // WEBHOOK_CA_FILE, loopback allowed through WEBHOOK_ALLOW_NETS). Each webhook gets its own path
 // on the receiver, with its own scripted answers.
 import crypto from "node:crypto";
+import type { ServiceBroker } from "moleculer";
+import { metricsOf } from "../../lib/metrics";
 import { startStack, type Stack, type StackOptions } from "./stack";
 import { startHttpsReceiver, verifyDelivery, type HttpsReceiver, type ReceivedRequest, type Responder, type ScriptedResponse } from "./https-receiver";
 import type { DatabaseKind } from "./services";
@@ -129,4 +131,28 @@ export function orderEvent(customer: { id: string; userId: string }, extra: Part
 		status: "fulfilled",
 		...extra,
 	};
+}
+
+/** A second stack running webhooks and a dispatcher on the first one's database, as another instance would. */
+export function startSecondDispatcher(first: DeliveryStack, database: DatabaseKind, env: Record<string, string>): Promise<Stack> {
+	return startStack({
+		services: ["webhooks", "dispatcher"],
+		database,
+		dataDir: first.stack.dataDir,
+		schema: first.stack.schema,
+		env: { ...FAST_DELIVERY_ENV, ...env, WEBHOOK_CA_FILE: first.caFile },
+	});
+}
+
+/** Stops a stack from startSecondDispatcher, leaving the shared data to the first one. */
+export async function stopSecondDispatcher(second: Stack | undefined): Promise<void> {
+	await second?.stopServices();
+	await second?.db.destroy();
+}
+
+/** Delivery attempts this broker's dispatcher made, from its metrics. */
+export async function attemptsMadeBy(broker: ServiceBroker): Promise<number> {
+	const metric = metricsOf(broker).getSingleMetric("webhook_delivery_attempts_total");
+	const { values } = await metric!.get();
+	return values.reduce((sum, value) => sum + value.value, 0);
 }
