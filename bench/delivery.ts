@@ -71,7 +71,7 @@ interface ReceiverStats {
 	latencies: number[];
 }
 
-class Receiver {
+export class Receiver {
 	/** Requests answered so far, as last reported by the receiver thread (every 2 ms). */
 	received = 0;
 	private pendingStats: Array<(stats: ReceiverStats) => void> = [];
@@ -200,25 +200,40 @@ async function publishMany(app: App, receiver: Receiver, count: number, offset: 
 	await Promise.all(Array.from({ length: Math.min(window, count) }, publisher));
 }
 
-export async function run(): Promise<object> {
+/** The receiver thread, its URL, and the dispatcher settings that trust it (WEBHOOK_CA_FILE). */
+export async function startBenchTarget(): Promise<{ receiver: Receiver; url: string; cert: string; dispatcherEnv: Record<string, string>; stop(): Promise<void> }> {
 	const { key, cert } = testCertificate();
 	const caDir = fs.mkdtempSync(path.join(os.tmpdir(), "swh-bench-ca-"));
 	const caFile = path.join(caDir, "ca.pem");
 	fs.writeFileSync(caFile, cert);
 	const receiver = await Receiver.start(key, cert);
-	const url = `https://127.0.0.1:${receiver.port}/hook`;
-	let stack: BenchApp | undefined;
-	try {
-		// Measured before and after the dispatcher, and averaged: the machine's other load drifts.
-		const baselineBefore = await rawBaseline(url, cert, DELIVERIES);
-
-		stack = await startBenchApp({
+	return {
+		receiver,
+		url: `https://127.0.0.1:${receiver.port}/hook`,
+		cert,
+		dispatcherEnv: {
 			SERVICES: "topics,webhooks,users,dispatcher",
 			WEBHOOK_ALLOW_NETS: "127.0.0.0/8",
 			WEBHOOK_CA_FILE: caFile,
 			DELIVERY_CONCURRENCY: String(CONCURRENCY),
 			DELIVERY_WEBHOOK_CONCURRENCY: String(CONCURRENCY),
-		});
+		},
+		async stop() {
+			await receiver.stop();
+			fs.rmSync(caDir, { recursive: true, force: true });
+		},
+	};
+}
+
+export async function run(): Promise<object> {
+	const target = await startBenchTarget();
+	const { receiver, url, cert } = target;
+	let stack: BenchApp | undefined;
+	try {
+		// Measured before and after the dispatcher, and averaged: the machine's other load drifts.
+		const baselineBefore = await rawBaseline(url, cert, DELIVERIES);
+
+		stack = await startBenchApp(target.dispatcherEnv);
 		const { app, db } = stack;
 		await app.broker.call("webhooks.create", { name: "bench", url, events: ["tasking:order_status"] }, { meta: { customerId: "bench" } });
 		receiver.reset();
@@ -286,8 +301,7 @@ export async function run(): Promise<object> {
 		};
 	} finally {
 		await stack?.stop();
-		await receiver.stop();
-		fs.rmSync(caDir, { recursive: true, force: true });
+		await target.stop();
 	}
 }
 

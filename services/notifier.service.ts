@@ -21,6 +21,8 @@ import type { Context, ServiceSchema, ServiceSettingSchema } from "moleculer";
 import type { Counter } from "prom-client";
 import { z } from "zod";
 import { OrderStatusIntakeMixin } from "../mixins/order-status-intake.mixin";
+import { RetentionMixin } from "../mixins/retention.mixin";
+import { oldestRowsJob } from "../lib/retention";
 import { DbMixin, isPostgres, nowIso, type DbServiceThis } from "../mixins/db.mixin";
 import { NotifierBacklogMixin } from "../mixins/backlog.mixin";
 import { issuesToProblems, zodParams } from "../mixins/validation";
@@ -172,7 +174,16 @@ function truncate(text: string, max: number): string {
 
 const NotifierService: ServiceSchema<ServiceSettingSchema, NotifierThis> = {
 	name: "notifier",
-	mixins: [DbMixin("notifier", notifierMigrations) as Partial<ServiceSchema>, OrderStatusIntakeMixin("notifier"), NotifierBacklogMixin],
+	mixins: [
+		DbMixin("notifier", notifierMigrations) as Partial<ServiceSchema>,
+		OrderStatusIntakeMixin("notifier"),
+		NotifierBacklogMixin,
+		// RETENTION_PERIOD: sent, failed and skipped emails and rejected events; pending ones stay.
+		RetentionMixin([
+			oldestRowsJob("email_outbox", "email_outbox", "id", "created_at", finished => finished.whereIn("status", ["sent", "failed", "skipped"])),
+			oldestRowsJob("email_rejected_events", "email_rejected_events", "id", "received_at"),
+		]) as Partial<ServiceSchema>,
+	],
 
 	actions: {
 		/** Operators' view of the outbox, newest first. Tokens are never stored, so never shown. */

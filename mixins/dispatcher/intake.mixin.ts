@@ -215,7 +215,7 @@ export const IntakeMixin: DispatcherMixin = {
 			}
 
 			for (const subscribers of subscriberLists) {
-				for (const subscriber of subscribers) this.cacheTarget(subscriber.id, { id: subscriber.id, url: subscriber.url, active: true, secrets: subscriber.secrets });
+				for (const subscriber of subscribers) this.cacheTarget(subscriber.id, { id: subscriber.id, url: subscriber.url, active: true, secrets: subscriber.secrets, headers: subscriber.headers });
 			}
 			for (const delivery of leased) this.enqueue(delivery);
 			if (unleased > 0) {

@@ -9,6 +9,7 @@ import { nowIso } from "../db.mixin";
 import { sqliteBoolean, sqliteConnectionOf } from "../../lib/sqlite-statements";
 import { chunks, rowsOf } from "../../lib/sql-rows";
 import { scheduleNextAttempt } from "../../lib/retry-schedule";
+import { honourRetryAfter } from "../../lib/retry-after";
 import type { DeliveryOutcome } from "../../lib/webhook-sender";
 import {
 	DEPENDENCY_RETRY_MS,
@@ -31,18 +32,27 @@ export const ResultsMixin: DispatcherMixin = {
 			const result = outcome.success ? "succeeded" : "failed";
 			this.metrics.attempts.inc({ result });
 			this.metrics.duration.observe({ result }, outcome.durationMs / 1000);
+			this.noteOutcome(delivery.webhookId, outcome, attemptCount);
 			if (outcome.success) {
 				this.metrics.deliveries.inc({ status: "succeeded" });
 				return { delivery, status: "succeeded", attemptCount, nextAttemptAt: null, parked: false, manualRetry: false, outcome };
 			}
-			const next = delivery.manualRetry
+			if (outcome.statusCode === 410) {
+				// The receiver says the endpoint is gone for good: disable the webhook, park this delivery.
+				void this.disableWebhook(delivery.webhookId, "gone");
+				return { delivery, status: "pending", attemptCount, nextAttemptAt: null, parked: true, manualRetry: delivery.manualRetry, outcome };
+			}
+			const firstAttemptAt = new Date(delivery.firstAttemptAt ?? outcome.attemptedAt);
+			const scheduled = delivery.manualRetry
 				? null
 				: scheduleNextAttempt({
-						firstAttemptAt: new Date(delivery.firstAttemptAt ?? outcome.attemptedAt),
+						firstAttemptAt,
 						attemptsMade: attemptCount,
 						offsets: this.config.DELIVERY_RETRY_SCHEDULE,
 						now: new Date(),
 					});
+			// A Retry-After (429/502/503/504) delays the retry, within the schedule's window.
+			const next = scheduled && honourRetryAfter(scheduled, outcome.retryAfter ? new Date(outcome.retryAfter) : null, firstAttemptAt, this.config.DELIVERY_RETRY_SCHEDULE);
 			if (!next) {
 				this.metrics.deliveries.inc({ status: "failed" });
 				this.logger.info(`Delivery ${delivery.id} failed after ${attemptCount} attempt(s): ${outcome.detail}`);

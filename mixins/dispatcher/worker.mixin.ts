@@ -145,7 +145,7 @@ export const WorkerMixin: DispatcherMixin = {
 					const byId = new Map(found.map(webhook => [webhook.id, webhook]));
 					for (const id of ids) {
 						const webhook = byId.get(id);
-						this.cacheTarget(id, webhook ? { id, url: webhook.url, active: webhook.active, secrets: webhook.secrets } : null);
+						this.cacheTarget(id, webhook ? { id, url: webhook.url, active: webhook.active, secrets: webhook.secrets, headers: webhook.headers } : null);
 					}
 				}
 			} catch (err) {
@@ -162,7 +162,7 @@ export const WorkerMixin: DispatcherMixin = {
 			this.inFlight += 1;
 			this.inFlightByWebhook.set(delivery.webhookId, (this.inFlightByWebhook.get(delivery.webhookId) ?? 0) + 1);
 			const attempt = this.sender
-				.send({ url: target.url, messageId: messageIdOf(delivery.id), body: delivery.body, secrets: target.secrets, timeoutMs: this.config.DELIVERY_TIMEOUT })
+				.send({ url: target.url, messageId: messageIdOf(delivery.id), body: delivery.body, secrets: target.secrets, headers: target.headers, timeoutMs: this.config.DELIVERY_TIMEOUT })
 				.then(outcome => {
 					const update = this.afterAttempt(delivery, outcome);
 					this.finish(delivery, update);
