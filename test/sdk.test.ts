@@ -87,13 +87,27 @@ describe("SDK against the real gateway", () => {
 	afterAll(() => env?.stop());
 
 	it("topics.list: the catalogue", async () => {
-		expect(await client.topics.list()).toEqual([{ topic: "tasking:order_status", name: "Tasking order status updates", description: expect.any(String) }]);
+		expect(await client.topics.list()).toEqual([
+			{ topic: "tasking:order_status", name: "Tasking order status updates", description: expect.any(String) },
+			{ topic: "webhook:disabled", name: "Webhook disabled", description: expect.any(String) },
+		]);
 	});
 
 	it("webhooks.create / get / update / delete", async () => {
 		const created = await newWebhook("crud");
 		expect(created).toMatchObject({ id: expect.any(String), name: "crud", active: true, events: ["tasking:order_status"], secret: expect.stringMatching(/^whsec_/) });
-		expect(await client.webhooks.get(created.id)).toEqual({ id: created.id, name: "crud", url: created.url, events: created.events, active: true, created_at: created.created_at, updated_at: created.updated_at });
+		expect(await client.webhooks.get(created.id)).toEqual({
+			id: created.id,
+			name: "crud",
+			url: created.url,
+			events: created.events,
+			active: true,
+			disabled_reason: null,
+			disabled_at: null,
+			header_names: [],
+			created_at: created.created_at,
+			updated_at: created.updated_at,
+		});
 		const updated = await client.webhooks.update(created.id, { name: "crud (paused)", active: false });
 		expect(updated).toMatchObject({ id: created.id, name: "crud (paused)", active: false });
 		expect(updated).not.toHaveProperty("secret");
@@ -378,7 +392,7 @@ describe("SDK and 429", () => {
 		const client = new SatelliteWebhooksClient({ baseUrl: relayUrl, token: await stack.token("patient") });
 		refuse = { count: 1, retryAfter: "1" };
 		relayed = 0;
-		expect(await client.topics.list()).toHaveLength(1);
+		expect(await client.topics.list()).toHaveLength(2);
 		expect(relayed).toBe(2);
 	});
 

@@ -55,7 +55,7 @@ export const ResultsMixin: DispatcherMixin = {
 			const next = scheduled && honourRetryAfter(scheduled, outcome.retryAfter ? new Date(outcome.retryAfter) : null, firstAttemptAt, this.config.DELIVERY_RETRY_SCHEDULE);
 			if (!next) {
 				this.metrics.deliveries.inc({ status: "failed" });
-				this.logger.info(`Delivery ${delivery.id} failed after ${attemptCount} attempt(s): ${outcome.detail}`);
+				this.logger.info(`Delivery ${delivery.id} of webhook ${delivery.webhookId} failed after ${attemptCount} attempt(s): ${outcome.detail}`);
 				return { delivery, status: "failed", attemptCount, nextAttemptAt: null, parked: false, manualRetry: false, outcome };
 			}
 			return { delivery, status: "pending", attemptCount, nextAttemptAt: next.toISOString(), parked: false, manualRetry: false, outcome };
@@ -75,12 +75,12 @@ export const ResultsMixin: DispatcherMixin = {
 				for (let attempt = 1; ; attempt += 1) {
 					try {
 						const matched = await this.results.add(update);
-						if (!matched) this.logger.debug(`Delivery ${delivery.id}: lease lost before the result was written (taken over, cancelled or retried by hand)`);
+						if (!matched) this.logger.debug(`Delivery ${delivery.id} of webhook ${delivery.webhookId}: lease lost before the result was written (taken over, cancelled or retried by hand)`);
 						return;
 					} catch (err) {
 						// Past the lease the write is pointless: the row is due again and someone retries it.
 						if (this.stopping || Date.now() > delivery.leaseExpiresAt) {
-							this.logger.error(`Delivery ${delivery.id}: result not written; it will be attempted again once its lease expires`, err);
+							this.logger.error(`Delivery ${delivery.id} of webhook ${delivery.webhookId}: result not written; it will be attempted again once its lease expires`, err);
 							return;
 						}
 						await sleep(DEPENDENCY_RETRY_MS * attempt);

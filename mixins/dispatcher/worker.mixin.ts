@@ -170,7 +170,7 @@ export const WorkerMixin: DispatcherMixin = {
 				.catch(err => {
 					// The sender reports network trouble as outcomes; this is a bug. The lease will expire
 					// and the delivery will be attempted again.
-					this.logger.error(`Attempt of delivery ${delivery.id} failed unexpectedly`, err);
+					this.logger.error(`Attempt of delivery ${delivery.id} of webhook ${delivery.webhookId} failed unexpectedly`, err);
 				})
 				.finally(() => {
 					this.inFlight -= 1;

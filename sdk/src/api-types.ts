@@ -7,6 +7,7 @@ export type CreateWebhookInput = {
 	url: string;
 	events?: string[] | undefined;
 	event_types?: string[] | undefined;
+	headers?: Record<string, unknown> | undefined;
 };
 
 export type Delivery = {
@@ -103,6 +104,7 @@ export type UpdateWebhookInput = {
 	name?: string | undefined;
 	events?: string[] | undefined;
 	event_types?: string[] | undefined;
+	headers?: Record<string, unknown> | null | undefined;
 	active?: boolean | undefined;
 };
 
@@ -130,6 +132,9 @@ export type Webhook = {
 	url: string;
 	events: string[];
 	active: boolean;
+	disabled_reason: "user" | "gone" | "failing" | null;
+	disabled_at: string | null;
+	header_names: string[];
 	created_at: string;
 	updated_at: string;
 };
