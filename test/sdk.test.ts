@@ -203,6 +203,18 @@ describe("SDK against the real gateway", () => {
 			await expect(client.deliveries.get(created.id, crypto.randomUUID())).rejects.toBeInstanceOf(NotFoundError);
 		});
 
+		it("webhooks.stats and webhooks.recover", async () => {
+			const stats = await client.webhooks.stats(created.id);
+			expect(stats).toMatchObject({ webhook_id: created.id, window: "24h" });
+			expect(stats.buckets).toHaveLength(24);
+			expect(stats.totals.succeeded).toBeGreaterThanOrEqual(1);
+			// Nothing failed in the window, so nothing is scheduled; a bad window is a typed 422.
+			const since = new Date(Date.now() - 3_600_000).toISOString();
+			expect(await client.webhooks.recover(created.id, { since })).toEqual({ scheduled: 0, remaining: 0 });
+			await expect(client.webhooks.recover(created.id, { since: "yesterday" })).rejects.toMatchObject({ status: 422, errors: expect.arrayContaining([expect.objectContaining({ path: "since" })]) });
+			await expect(client.webhooks.stats(crypto.randomUUID())).rejects.toBeInstanceOf(NotFoundError);
+		});
+
 		it("webhooks.rotate: during the grace period a delivery verifies with the new or the old secret", async () => {
 			const rotated = await client.webhooks.rotate(created.id);
 			expect(rotated.secret).toMatch(/^whsec_/);

@@ -99,6 +99,17 @@ export type Problem = {
 	errors_omitted?: number | undefined;
 };
 
+/** POST /webhooks/{id}/recover: the window of failed deliveries to attempt again. */
+export type RecoverInput = {
+	since: string;
+	until?: string | undefined;
+};
+
+export type RecoverResult = {
+	scheduled: number;
+	remaining: number;
+};
+
 /** Any of name, events (or event_types), active. The URL cannot change. */
 export type UpdateWebhookInput = {
 	name?: string | undefined;
@@ -139,8 +150,45 @@ export type Webhook = {
 	updated_at: string;
 };
 
+export type WebhookDisabledEvent = {
+	type: "webhook:disabled";
+	timestamp: string;
+	data: {
+		webhook_id: string;
+		name: string;
+		url: string;
+		reason: "user" | "gone" | "failing";
+		disabled_at: string;
+	};
+};
+
 /** A verified delivery's body, discriminated by `type`. */
-export type WebhookEvent = OrderStatusEvent | WebhookTestEvent;
+export type WebhookEvent = OrderStatusEvent | WebhookDisabledEvent | WebhookTestEvent;
+
+/** GET /webhooks/{id}/stats: deliveries and attempts per hour. */
+export type WebhookStats = {
+	webhook_id: string;
+	window: "24h";
+	from: string;
+	to: string;
+	buckets: {
+		start: string;
+		succeeded: number;
+		failed: number;
+		pending: number;
+		cancelled: number;
+		attempts_succeeded: number;
+		attempts_failed: number;
+	}[];
+	totals: {
+		pending: number;
+		succeeded: number;
+		failed: number;
+		cancelled: number;
+		attempts_succeeded: number;
+		attempts_failed: number;
+	};
+};
 
 export type WebhookTestEvent = {
 	type: "webhook:test";
