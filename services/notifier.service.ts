@@ -28,7 +28,7 @@ import { NotifierBacklogMixin } from "../mixins/backlog.mixin";
 import { issuesToProblems, zodParams } from "../mixins/validation";
 import { notifierMigrations } from "../migrations/notifier";
 import { ConfigError } from "../lib/config";
-import { invalidField, type FieldProblem } from "../lib/errors";
+import { invalidField, isDependencyFailure, type FieldProblem } from "../lib/errors";
 import { counter } from "../lib/metrics";
 import { EMAIL_STATUSES, TASKING_ORDER_STATUS_TOPIC, TaskingOrderStatusEvent } from "../lib/schemas/events";
 import { TASKING_ORDER_STATUS } from "../lib/schemas/topics";
@@ -42,6 +42,7 @@ export const OUTBOX_STATUSES = ["pending", "sent", "failed", "skipped"] as const
 export type OutboxStatus = (typeof OUTBOX_STATUSES)[number];
 
 const USERS_CALL_TIMEOUT_MS = 10_000;
+const USERS_UNAVAILABLE_WAIT_MS = 2_000;
 const MAX_REJECTED_PAYLOAD_CHARS = 16 * 1024;
 const MAX_ERROR_CHARS = 1000;
 
@@ -399,6 +400,13 @@ const NotifierService: ServiceSchema<ServiceSettingSchema, NotifierThis> = {
 					{ timeout: USERS_CALL_TIMEOUT_MS },
 				);
 			} catch (err) {
+				if (isDependencyFailure(err)) {
+					// The users service is restarting, slow, or not yet discovered by this node: no
+					// fault of the email, so the attempt is given back and the email waits a moment.
+					this.logger.warn(`Email ${row.id} waits: the users service did not answer (${(err as Error).message})`);
+					await this.settle(row, { attempts: Number(row.attempts) - 1, next_attempt_at: isoAfter(USERS_UNAVAILABLE_WAIT_MS), last_error: truncate(`the users service did not answer: ${(err as Error).message}`, MAX_ERROR_CHARS) }, true);
+					return;
+				}
 				await this.retryOrFail(row, `could not read the user's email preference: ${(err as Error).message}`, false);
 				return;
 			}
