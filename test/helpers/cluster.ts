@@ -31,6 +31,7 @@ import { RoleProcess } from "./role-process";
 import { TEST_DATABASE_URL } from "./services";
 import { startSmtpServer, type TestSmtpServer } from "./smtp-server";
 import { startTcpRelay, type TcpRelay } from "./tcp-relay";
+import { waitUntil } from "./delivery-stack";
 
 export type Role = "gateway" | "dispatcher" | "notifier";
 
@@ -140,15 +141,9 @@ const sleep = (ms: number) => new Promise(resolve => setTimeout(resolve, ms));
 /** A producer's attempts at one send before it gives up (and the test fails). */
 const SEND_ATTEMPTS = 20;
 
-/** Polls until `done(value)`; the bound only turns a hang into a failure, it is no speed check. */
-export async function eventually<T>(read: () => T | Promise<T>, done: (value: T) => boolean, what: string, boundMs = 60_000): Promise<T> {
-	const giveUpAt = Date.now() + boundMs;
-	for (;;) {
-		const value = await read();
-		if (done(value)) return value;
-		if (Date.now() > giveUpAt) throw new Error(`Gave up waiting for ${what}; last value: ${JSON.stringify(value)?.slice(0, 1000)}`);
-		await sleep(100);
-	}
+/** waitUntil with the longer bound a cluster of processes needs. */
+export function eventually<T>(read: () => T | Promise<T>, done: (value: T) => boolean, what: string, boundMs = 60_000): Promise<T> {
+	return waitUntil(read, done, what, boundMs);
 }
 
 export interface EventPlan {
