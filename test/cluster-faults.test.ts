@@ -247,7 +247,12 @@ describeCluster("cluster faults", () => {
 				// Never before its scheduled time (it was overdue, so it came once the dispatcher was back).
 				expect(retry.receivedAt.getTime()).toBeGreaterThanOrEqual(due!);
 			}
-			const rows = await c.db("deliveries").select<Row[]>("id", "attempt_count", "status");
+			// Results are written in batches, a moment after the receiver answered.
+			const rows = await eventually(
+				() => c.db("deliveries").select<Row[]>("id", "attempt_count", "status"),
+				written => written.every(row => row.status === "succeeded"),
+				"every retry's result to be written",
+			);
 			expect(rows.every(row => row.status === "succeeded" && row.attempt_count === 2)).toBe(true);
 
 			const figures = c.deliveryFigures([webhook], batch, sent);
