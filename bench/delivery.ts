@@ -63,7 +63,7 @@ const here = (file: string) => path.join(__dirname, "lib", file);
 const runId = `b${crypto.randomBytes(3).toString("hex")}`;
 let deployments = 0;
 
-interface Probe extends Omit<ProbeFigures, "type"> {}
+type Probe = Omit<ProbeFigures, "type">;
 
 /** The receivers' child process, and what it reports. */
 class Receivers {
@@ -73,7 +73,7 @@ class Receivers {
 	private waiters: Array<{ count: number; resolve(): void }> = [];
 	private sampleRequests: Array<(samples: Array<[number, number]>) => void> = [];
 
-	constructor(private readonly child: ChildServer<ReceiverReady>) {
+	constructor(readonly child: ChildServer<ReceiverReady>) {
 		child.process.on("message", (message: ReceiverMessage) => {
 			if (message.type === "count") {
 				({ ok: this.ok, slow: this.slow, fail: this.fail } = message);
@@ -127,7 +127,7 @@ async function probeAll(nodes: Array<ChildServer<unknown>>): Promise<Probe[]> {
 }
 
 /** The fastest plain loop of signed POSTs: CONCURRENCY loops, each on one endpoint. */
-async function floor(targets: SignedTarget[], ca: string, receivers: Receivers): Promise<number> {
+async function floor(targets: SignedTarget[], ca: string, receivers: Receivers): Promise<{ rate: number; client_cores: number; receiver_cores: number }> {
 	const agent = new Agent({ connections: CONCURRENCY, connect: { ca } });
 	const run = async (count: number) => {
 		let next = 0;
@@ -144,12 +144,16 @@ async function floor(targets: SignedTarget[], ca: string, receivers: Receivers):
 	};
 	await run(FLOOR_REQUESTS / 4); // warm-up: connections, JIT
 	const before = receivers.ok;
+	await probe(receivers.child);
+	const cpu = process.cpuUsage();
 	const started = monotonicMs();
 	await run(FLOOR_REQUESTS);
 	const seconds = (monotonicMs() - started) / 1000;
+	const used = process.cpuUsage(cpu);
+	const receiver = await probe(receivers.child);
 	await agent.close();
 	if (receivers.ok - before < FLOOR_REQUESTS) await receivers.waitForOk(before + FLOOR_REQUESTS);
-	return FLOOR_REQUESTS / seconds;
+	return { rate: FLOOR_REQUESTS / seconds, client_cores: round((used.user + used.system) / 1e6 / seconds), receiver_cores: receiver.cpu_cores };
 }
 
 interface Deployment {
@@ -207,6 +211,9 @@ async function deploy(options: DeployOptions): Promise<Deployment> {
 	};
 	const nodeOptions = (name: string) => (PROFILE_DIR ? ["--cpu-prof", `--cpu-prof-dir=${path.join(PROFILE_DIR, `${namespace}-${name}`)}`] : []);
 	const start = (name: string, services: string) => startChild<unknown>(here("service-node.ts"), { ...env, SERVICES: services, NODE_ID: `${namespace}-${name}` }, 120_000, nodeOptions(name));
+	// The producer first: "after start" is about the service's processes, not the producer.
+	const producer = producerBroker(namespace);
+	await producer.start();
 	const nodes: Array<ChildServer<unknown>> = [];
 	let dispatchers: Array<ChildServer<unknown>>;
 	if (options.cluster) {
@@ -217,8 +224,6 @@ async function deploy(options: DeployOptions): Promise<Deployment> {
 		dispatchers = [await start("all", "topics,webhooks,users,dispatcher")];
 		nodes.push(...dispatchers);
 	}
-	const producer = producerBroker(namespace);
-	await producer.start();
 	await producer.waitForServices(["webhooks", "dispatcher"], 60_000);
 	const create = (url: string, i: number) =>
 		producer.call<{ id: string }, object>("webhooks.create", { name: `bench-${i}`, url, events: [TOPIC] }, { meta: { customerId: CUSTOMER } });
@@ -337,19 +342,21 @@ async function latency(send: (event: object) => Promise<void>, nodes: Array<Chil
 async function relayLatency(targets: Array<{ url: string }>, ca: string, receivers: Receivers, eventsPerSecond: number): Promise<PhaseFigures> {
 	deployments += 1;
 	const namespace = `${runId}r${deployments}`;
-	const relay = await startChild<unknown>(here("relay-node.ts"), {
-		TRANSPORTER: NATS_URL,
-		NAMESPACE: namespace,
-		RELAY_CA: ca,
-		RELAY_TARGETS: JSON.stringify(targets.map(target => ({ url: target.url, secret: generateWebhookSecret() }))),
-	});
+	// The producer first, as in deploy(): "after start" is about the relay, not the producer.
 	const producer = producerBroker(namespace);
+	await producer.start();
+	let relay: ChildServer<unknown> | undefined;
 	try {
-		await producer.start();
+		relay = await startChild<unknown>(here("relay-node.ts"), {
+			TRANSPORTER: NATS_URL,
+			NAMESPACE: namespace,
+			RELAY_CA: ca,
+			RELAY_TARGETS: JSON.stringify(targets.map(target => ({ url: target.url, secret: generateWebhookSecret() }))),
+		});
 		return await latency(sendVia(producer), [relay], receivers, eventsPerSecond, targets.length);
 	} finally {
+		await relay?.stop();
 		await producer.stop();
-		await relay.stop();
 	}
 }
 
@@ -362,15 +369,15 @@ interface EngineOptions {
 	cluster?: boolean;
 }
 
-async function engineScenario(options: EngineOptions, healthyUrls: string[], caFile: string, ca: string, receivers: Receivers, floorRate: () => number) {
+async function engineScenario(options: EngineOptions, healthyUrls: string[], caFile: string, ca: string, receivers: Receivers) {
 	let deployment = await deploy({ ...options, healthyUrls, caFile });
 	let rate: number;
 	let loop: Probe[];
 	try {
 		await throughput(deployment, receivers, WARM_UP_EVENTS);
-		await probeAll(deployment.dispatchers);
+		await probeAll([...deployment.nodes, receivers.child]);
 		rate = await throughput(deployment, receivers, EVENTS);
-		loop = await probeAll(deployment.dispatchers);
+		loop = await probeAll([...deployment.nodes, receivers.child]);
 	} finally {
 		await deployment.stop();
 	}
@@ -386,7 +393,9 @@ async function engineScenario(options: EngineOptions, healthyUrls: string[], caF
 	return {
 		dispatchers: deployment.dispatchers.length,
 		deliveries_per_s: round(rate),
-		throughput_ratio: ratioOf(rate, floorRate()),
+		/** Set once the floor has been measured again at the end. */
+		throughput_ratio: NaN,
+		// One entry per process: the service's nodes (gateway first in the cluster), then the receivers.
 		event_loop_during_throughput: loop,
 		latency: {
 			offered_deliveries_per_s: round(eventsPerSecond * HEALTHY),
@@ -450,18 +459,16 @@ export async function run(): Promise<object> {
 	const loadBefore = os.loadavg();
 	const results: Record<string, unknown> = {};
 	try {
-		const floorBefore = await floor(floorTargets, cert, receivers);
-		let floorAfter: number | undefined;
-		const floorRate = () => (floorAfter === undefined ? floorBefore : (floorBefore + floorAfter) / 2);
+		const floorBeforeRun = await floor(floorTargets, cert, receivers);
 		const pending: Array<{ name: string; figures: { throughput_ratio: number; deliveries_per_s: number } }> = [];
 		for (const scenario of SCENARIOS) {
 			process.stderr.write(`bench delivery: ${scenario}\n`);
 			if (scenario === "sqlite" || scenario === "postgresql") {
-				const figures = await engineScenario({ engine: scenario }, healthyUrls, caFile, cert, receivers, floorRate);
+				const figures = await engineScenario({ engine: scenario }, healthyUrls, caFile, cert, receivers);
 				results[scenario] = figures;
 				pending.push({ name: scenario, figures });
 			} else if (scenario === "cluster") {
-				const figures = await engineScenario({ engine: "postgresql", cluster: true }, healthyUrls, caFile, cert, receivers, floorRate);
+				const figures = await engineScenario({ engine: "postgresql", cluster: true }, healthyUrls, caFile, cert, receivers);
 				results.cluster_postgresql = figures;
 				pending.push({ name: "cluster_postgresql", figures });
 			} else if (scenario === "neighbours") {
@@ -470,16 +477,23 @@ export async function run(): Promise<object> {
 				throw new Error(`unknown scenario ${scenario}`);
 			}
 		}
-		floorAfter = await floor(floorTargets, cert, receivers);
+		const floorAfterRun = await floor(floorTargets, cert, receivers);
 		// The ratios use the mean of the floor before and after: the machine's other load drifts.
-		for (const { figures } of pending) figures.throughput_ratio = ratioOf(figures.deliveries_per_s, floorRate());
+		const floorRate = (floorBeforeRun.rate + floorAfterRun.rate) / 2;
+		for (const { figures } of pending) figures.throughput_ratio = ratioOf(figures.deliveries_per_s, floorRate);
 		return {
 			machine: { cpus: os.cpus().length, model: os.cpus()[0]?.model, node: process.version, loadavg_before: loadBefore.map(v => round(v)), loadavg_after: os.loadavg().map(v => round(v)) },
 			concurrency: CONCURRENCY,
 			webhooks: HEALTHY,
 			events: EVENTS,
 			goals: GOALS,
-			floor: { deliveries_per_s: round(floorRate()), before_after: [round(floorBefore), round(floorAfter)] },
+			floor: {
+				deliveries_per_s: round(floorRate),
+				before_after: [round(floorBeforeRun.rate), round(floorAfterRun.rate)],
+				// CPU of the client loop and of the receivers while the floor ran: 1 = one whole core.
+				cores_before: { client: floorBeforeRun.client_cores, receivers: floorBeforeRun.receiver_cores },
+				cores_after: { client: floorAfterRun.client_cores, receivers: floorAfterRun.receiver_cores },
+			},
 			...results,
 		};
 	} finally {

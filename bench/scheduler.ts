@@ -15,7 +15,7 @@ import { percentile, round } from "./lib/stats";
 import { isPostgres } from "../mixins/db.mixin";
 
 const SIZES = (process.env.BENCH_SCHEDULER_SIZES ?? "1000,1000000").split(",").map(Number);
-const BATCH = 128; // what one dispatcher claims at most with the default DELIVERY_CONCURRENCY (64 × 2)
+const BATCH = 128; // a claim batch of the size the scheduler goal was set for (half of what one dispatcher may hold: 64 × 4)
 const ROUNDS = 30;
 const GOAL_RATIO = 2;
 const GOAL_RSS_MB = 300;

@@ -158,10 +158,14 @@ async function readExcerpt(body: AsyncIterable<Buffer> & { destroy(): unknown },
 	return Buffer.concat(chunks).subarray(0, limit).toString("utf8").replaceAll("\u0000", "");
 }
 
+// URLs whose policy verdict is remembered (it depends only on the URL and the allow list).
+const URL_VERDICTS_KEPT = 10_000;
+
 export class WebhookSender {
 	private readonly allow: AllowList;
 	private readonly userAgent: string;
 	private readonly agent: Agent;
+	private readonly urlVerdicts = new Map<string, ReturnType<WebhookSender["checkUrl"]>>();
 
 	constructor(options: WebhookSenderOptions) {
 		this.allow = parseAllowList(options.allowNets);
@@ -202,6 +206,8 @@ export class WebhookSender {
 		const refusal = this.refuseUrl(delivery.url);
 		if (refusal) return finish(refusal);
 
+		// Encoded once: the signature covers exactly the bytes sent.
+		const body = Buffer.from(delivery.body, "utf8");
 		const deadline = new AbortController();
 		const timer = setTimeout(() => deadline.abort(), delivery.timeoutMs);
 		try {
@@ -216,9 +222,9 @@ export class WebhookSender {
 					"user-agent": this.userAgent,
 					"webhook-id": delivery.messageId,
 					"webhook-timestamp": String(unixSeconds(attemptedAt)),
-					"webhook-signature": signMessage(delivery.messageId, attemptedAt, delivery.body, delivery.secrets),
+					"webhook-signature": signMessage(delivery.messageId, attemptedAt, body, delivery.secrets),
 				},
-				body: Buffer.from(delivery.body, "utf8"),
+				body,
 			});
 			const statusCode = response.statusCode;
 			const responseExcerpt = await readExcerpt(response.body, RESPONSE_EXCERPT_BYTES);
@@ -234,8 +240,17 @@ export class WebhookSender {
 		}
 	}
 
-	/** Policy checks that need no network: scheme, credentials, IP-literal hosts. */
+	/** Policy checks that need no network, remembered per URL: parsing it on every attempt showed in profiles. */
 	private refuseUrl(url: string): Pick<DeliveryOutcome, "statusCode" | "errorKind" | "detail"> | undefined {
+		if (this.urlVerdicts.has(url)) return this.urlVerdicts.get(url);
+		const verdict = this.checkUrl(url);
+		if (this.urlVerdicts.size >= URL_VERDICTS_KEPT) this.urlVerdicts.clear();
+		this.urlVerdicts.set(url, verdict);
+		return verdict;
+	}
+
+	/** Scheme, credentials, IP-literal hosts. */
+	private checkUrl(url: string): Pick<DeliveryOutcome, "statusCode" | "errorKind" | "detail"> | undefined {
 		let parsed: URL;
 		try {
 			parsed = new URL(url);

@@ -8,6 +8,7 @@
 // requests are pushed to the parent every few milliseconds while they change.
 import https from "node:https";
 import type { AddressInfo } from "node:net";
+import { startEventLoopProbe } from "./event-loop-probe";
 
 export type EndpointKind = "ok" | "slow" | "fail";
 export const SLOW_MS = 100;
@@ -76,6 +77,7 @@ function main(): void {
 		// Counts are never reset (a count already on its way would undo it); the parent takes differences.
 		if (message === "reset") samples = [];
 	});
+	startEventLoopProbe();
 	const stop = () => process.exit(0);
 	process.on("SIGTERM", stop);
 	process.on("disconnect", stop);
