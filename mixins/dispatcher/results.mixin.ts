@@ -5,7 +5,7 @@
 // lease_id, so a worker whose lease was lost (taken over, cancelled, retried by hand) writes
 // nothing.
 import type { Knex } from "knex";
-import { nowIso } from "../db.mixin";
+import { isPostgres, nowIso } from "../db.mixin";
 import { sqliteBoolean, sqliteConnectionOf } from "../../lib/sqlite-statements";
 import { chunks, rowsOf } from "../../lib/sql-rows";
 import { scheduleNextAttempt } from "../../lib/retry-schedule";
@@ -13,6 +13,7 @@ import type { DeliveryOutcome } from "../../lib/webhook-sender";
 import {
 	DEPENDENCY_RETRY_MS,
 	LEASE_BUFFER_FACTOR,
+	MAX_BINDINGS_PER_STATEMENT,
 	ROWS_PER_STATEMENT,
 	type AttemptRow,
 	type DeliveryUpdate,
@@ -20,6 +21,9 @@ import {
 	type DispatcherThis,
 	type LeasedDelivery,
 } from "./shared";
+
+// Bind variables per update in writeUpdatesAtOnce.
+const RESULT_COLUMNS = 16;
 
 const sleep = (ms: number) => new Promise(resolve => setTimeout(resolve, ms));
 
@@ -86,6 +90,10 @@ export const ResultsMixin: DispatcherMixin = {
 		 */
 		async writeUpdates(this: DispatcherThis, updates: DeliveryUpdate[]): Promise<boolean[]> {
 			const now = nowIso();
+			if (isPostgres(this.db) && updates.length * RESULT_COLUMNS <= MAX_BINDINGS_PER_STATEMENT) {
+				const matched = await this.writeUpdatesAtOnce(updates, now);
+				return updates.map(update => matched.has(update.delivery.id));
+			}
 			let matched = new Set<string>();
 			await this.db.transaction(async trx => {
 				matched = await this.updateLeased(trx, updates, now);
@@ -197,6 +205,63 @@ export const ResultsMixin: DispatcherMixin = {
 				return;
 			}
 			for (const batch of chunks(rows, ROWS_PER_STATEMENT)) await trx("delivery_attempts").insert(batch);
+		},
+
+		/**
+		 * PostgreSQL: the whole batch in one statement (one round trip instead of a transaction of
+		 * four): the lease-guarded UPDATE, and the attempts of the rows it matched.
+		 */
+		async writeUpdatesAtOnce(this: DispatcherThis, updates: DeliveryUpdate[], now: string): Promise<Set<string>> {
+			const int = "CAST(? AS integer)";
+			const tuple = `(?, ?, ?, ${int}, ?, ${int}, ${int}, ${int}, ?, ${int}, ?, ${int}, ?, ?, ${int}, ?)`;
+			const bindings = updates.flatMap(({ delivery, status, attemptCount, nextAttemptAt, parked, manualRetry, outcome }) => [
+				delivery.id,
+				delivery.leaseId,
+				status,
+				attemptCount,
+				nextAttemptAt,
+				parked ? 1 : 0,
+				manualRetry ? 1 : 0,
+				outcome ? 1 : 0,
+				outcome?.attemptedAt ?? null,
+				outcome?.statusCode ?? null,
+				outcome?.errorKind ?? null,
+				outcome?.success ? 1 : 0,
+				outcome?.title ?? null,
+				outcome ? outcome.detail.slice(0, 500) : null,
+				outcome?.durationMs ?? null,
+				outcome?.responseExcerpt ?? null,
+			]);
+			const result = await this.db.raw(
+				`WITH v(id, lease_id, status, attempt_count, next_attempt_at, parked, manual_retry, attempted, attempted_at, status_code, error_kind, success, title, detail, duration_ms, response_excerpt)
+					AS (VALUES ${updates.map(() => tuple).join(", ")}),
+				u AS (
+					UPDATE deliveries SET
+						status = v.status,
+						attempt_count = v.attempt_count,
+						next_attempt_at = v.next_attempt_at,
+						parked = (v.parked = 1),
+						manual_retry = (v.manual_retry = 1),
+						lease_id = NULL,
+						first_attempt_at = COALESCE(deliveries.first_attempt_at, v.attempted_at),
+						last_attempt_at = CASE WHEN v.attempted = 1 THEN v.attempted_at ELSE deliveries.last_attempt_at END,
+						last_status_code = CASE WHEN v.attempted = 1 THEN v.status_code ELSE deliveries.last_status_code END,
+						last_error_kind = CASE WHEN v.attempted = 1 THEN v.error_kind ELSE deliveries.last_error_kind END,
+						updated_at = ?
+					FROM v
+					WHERE deliveries.id = v.id AND deliveries.lease_id = v.lease_id
+					RETURNING deliveries.id
+				),
+				a AS (
+					INSERT INTO delivery_attempts (delivery_id, attempt, attempted_at, success, status_code, error_kind, title, detail, duration_ms, response_excerpt)
+					SELECT v.id, v.attempt_count, v.attempted_at, (v.success = 1), v.status_code, v.error_kind, v.title, v.detail, v.duration_ms, v.response_excerpt
+					FROM v JOIN u ON u.id = v.id
+					WHERE v.attempted = 1
+				)
+				SELECT id FROM u`,
+				[...bindings, now],
+			);
+			return new Set(rowsOf<{ id: string }>(result).map(row => row.id));
 		},
 	},
 };

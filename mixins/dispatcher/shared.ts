@@ -34,6 +34,9 @@ export const MAX_RESULT_BATCH = 500;
 export const RESULT_LINGER_MS = 5;
 // Rows per multi-row statement: stays far below SQLite's and PostgreSQL's bind-variable limits.
 export const ROWS_PER_STATEMENT = 200;
+// A whole batch in one PostgreSQL statement while its bind variables stay under this (the
+// protocol's limit is 65,535): one round trip instead of a transaction of several.
+export const MAX_BINDINGS_PER_STATEMENT = 30_000;
 export const REJECTED_EXCERPT_CHARS = 2_000;
 export const DEPENDENCY_RETRY_MS = 1_000;
 
@@ -97,6 +100,12 @@ export interface LeasedDelivery {
 	manualRetry: boolean;
 }
 
+/** What one claim leased; `webhookFilled` when some webhook reached its share of leases (more of its rows may be due). */
+export interface ClaimedBatch {
+	leased: LeasedDelivery[];
+	webhookFilled: boolean;
+}
+
 /** What a leased delivery becomes: written back with the lease as the guard. */
 export interface DeliveryUpdate {
 	delivery: LeasedDelivery;
@@ -158,6 +167,8 @@ export type DispatcherThis = DbServiceThis & {
 	acceptEvent(payload: unknown, source: EventSource, ctx?: Context): Promise<PublishResult>;
 	recordRejection(source: EventSource, payload: unknown, reason: string): Promise<void>;
 	persistEvents(items: IntakeItem[]): Promise<PublishResult[]>;
+	writeEvents(messages: MessageRow[], deliveries: NewDeliveryRow[]): Promise<Set<string>>;
+	insertEventsAtOnce(messages: MessageRow[], deliveries: NewDeliveryRow[]): Promise<Set<string>>;
 	insertMessages(trx: Knex.Transaction, rows: MessageRow[]): Promise<Set<string>>;
 	insertDeliveries(trx: Knex.Transaction, rows: NewDeliveryRow[]): Promise<void>;
 	// worker.mixin.ts
@@ -173,12 +184,13 @@ export type DispatcherThis = DbServiceThis & {
 	afterAttempt(delivery: LeasedDelivery, outcome: DeliveryOutcome): DeliveryUpdate;
 	finish(delivery: LeasedDelivery, change: Omit<DeliveryUpdate, "delivery">): void;
 	writeUpdates(updates: DeliveryUpdate[]): Promise<boolean[]>;
+	writeUpdatesAtOnce(updates: DeliveryUpdate[], now: string): Promise<Set<string>>;
 	updateLeased(trx: Knex.Transaction, updates: DeliveryUpdate[], now: string): Promise<Set<string>>;
 	insertAttempts(trx: Knex.Transaction, rows: AttemptRow[]): Promise<void>;
 	// claims.mixin.ts
 	claimDue(): Promise<void>;
 	claimUntilFull(): Promise<void>;
-	claimBatch(limit: number): Promise<LeasedDelivery[]>;
+	claimBatch(limit: number): Promise<ClaimedBatch>;
 	claimSoon(): void;
 	schedulePoll(): void;
 	recheckParked(): Promise<void>;
