@@ -245,6 +245,12 @@ async function deploy(options: DeployOptions): Promise<Deployment> {
 			await producer.stop();
 			await Promise.all(dispatchers.map(node => node.stop()));
 			await Promise.all(nodes.filter(node => !dispatchers.includes(node)).map(node => node.stop()));
+			// BENCH_KEEP_DATA=1 keeps the SQLite files (and prints where), to look at the timestamps.
+			if (process.env.BENCH_KEEP_DATA) {
+				process.stderr.write(`bench delivery: kept ${schema ? `schema ${schema}` : dataDir}\n`);
+				await db.destroy();
+				return;
+			}
 			if (schema) await db.raw(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`);
 			await db.destroy();
 			fs.rmSync(dataDir, { recursive: true, force: true });
@@ -322,7 +328,7 @@ async function latency(send: (event: object) => Promise<void>, nodes: Array<Chil
 		const elapsed = monotonicMs() - started;
 		if (!startProbe && elapsed >= START_SECONDS * 1000) startProbe = probeAll(nodes);
 		const due = Math.min(total, Math.floor((elapsed / 1000) * eventsPerSecond));
-		for (; sent < due; sent++) send(orderEvent({ sent_at: monotonicMs() })).catch(() => (failed += 1));
+		for (; sent < due; sent++) send(orderEvent({ sent_at: monotonicMs(), sent_wall: Date.now() })).catch(() => (failed += 1));
 		await sleep(2);
 	}
 	const startLoop = await (startProbe ?? probeAll(nodes));

@@ -15,7 +15,7 @@ import { validationError, zodParams } from "../validation";
 import { invalidField, isDependencyFailure } from "../../lib/errors";
 import { ORDER_STATUS_CHANNEL } from "../../lib/intake-channel";
 import { timeOrderedUuid } from "../../lib/ids";
-import { sqliteConnectionOf } from "../../lib/sqlite-statements";
+import { inSqliteTransaction, type SqliteConnection } from "../../lib/sqlite-statements";
 import { chunks, rowsOf } from "../../lib/sql-rows";
 import { TASKING_ORDER_STATUS_EVENT, TASKING_ORDER_STATUS_TOPIC, TaskingOrderStatusEvent } from "../../lib/schemas/events";
 import type { Subscriber } from "../../lib/schemas/webhooks";
@@ -35,6 +35,21 @@ import {
 
 const MESSAGE_COLUMNS = ["event_id", "customer_id", "user_id", "type", "body", "occurred_at", "created_at"] as const satisfies ReadonlyArray<keyof MessageRow>;
 const DELIVERY_COLUMNS = ["id", "event_id", "webhook_id", "customer_id", "status", "next_attempt_at", "lease_id", "created_at", "updated_at"] as const satisfies ReadonlyArray<keyof NewDeliveryRow>;
+
+/**
+ * SQLite, inside one transaction: one prepared single-row statement per row (cached by the
+ * connection; cheaper here than multi-row statements); deliveries only for the new events.
+ */
+function insertEventsSqlite(connection: SqliteConnection, messages: MessageRow[], deliveries: NewDeliveryRow[]): Set<string> {
+	const insertMessage = connection.prepare(
+		`INSERT INTO delivery_messages (${MESSAGE_COLUMNS.join(", ")}) VALUES (${MESSAGE_COLUMNS.map(column => `@${column}`).join(", ")}) ON CONFLICT (event_id) DO NOTHING`,
+	);
+	const inserted = new Set<string>();
+	for (const row of messages) if (insertMessage.run(row).changes === 1) inserted.add(row.event_id);
+	const insertDelivery = connection.prepare(`INSERT INTO deliveries (${DELIVERY_COLUMNS.join(", ")}) VALUES (${DELIVERY_COLUMNS.map(column => `@${column}`).join(", ")})`);
+	for (const row of deliveries) if (inserted.has(row.event_id)) insertDelivery.run(row);
+	return inserted;
+}
 
 /** PostgreSQL text cannot hold NUL characters, and a rejected payload may contain anything. */
 const storable = (text: string, max: number) => text.replaceAll("\u0000", "").slice(0, max);
@@ -231,7 +246,7 @@ export const IntakeMixin: DispatcherMixin = {
 			});
 		},
 
-		// ---- hot writes: one prepared statement per row on SQLite, one statement per batch on PostgreSQL
+		// ---- hot writes: one synchronous transaction on SQLite, one statement per batch on PostgreSQL
 
 		/**
 		 * Writes the messages whose event_id is new and the deliveries of those, atomically; returns
@@ -239,7 +254,8 @@ export const IntakeMixin: DispatcherMixin = {
 		 * while it fits the bind-variable limit, a transaction of multi-row statements beyond.
 		 */
 		async writeEvents(this: DispatcherThis, messages: MessageRow[], deliveries: NewDeliveryRow[]): Promise<Set<string>> {
-			if (isPostgres(this.db) && (messages.length * MESSAGE_COLUMNS.length + deliveries.length * DELIVERY_COLUMNS.length) <= MAX_BINDINGS_PER_STATEMENT) {
+			if (!isPostgres(this.db)) return inSqliteTransaction(this.db, connection => insertEventsSqlite(connection, messages, deliveries));
+			if ((messages.length * MESSAGE_COLUMNS.length + deliveries.length * DELIVERY_COLUMNS.length) <= MAX_BINDINGS_PER_STATEMENT) {
 				return this.insertEventsAtOnce(messages, deliveries);
 			}
 			return this.db.transaction(async trx => {
@@ -273,18 +289,9 @@ export const IntakeMixin: DispatcherMixin = {
 			return new Set(rowsOf<{ event_id: string }>(result).map(row => row.event_id));
 		},
 
-		/** Inserts the messages whose event_id is new; returns those event_ids. */
+		/** PostgreSQL, batches too large for one statement: inserts the new messages; returns their event_ids. */
 		async insertMessages(this: DispatcherThis, trx: Knex.Transaction, rows: MessageRow[]): Promise<Set<string>> {
 			const inserted = new Set<string>();
-			const sqlite = await sqliteConnectionOf(trx);
-			if (sqlite) {
-				const insert = sqlite.prepare(
-					`INSERT INTO delivery_messages (event_id, customer_id, user_id, type, body, occurred_at, created_at)
-					VALUES (@event_id, @customer_id, @user_id, @type, @body, @occurred_at, @created_at) ON CONFLICT (event_id) DO NOTHING`,
-				);
-				for (const row of rows) if (insert.run(row).changes === 1) inserted.add(row.event_id);
-				return inserted;
-			}
 			for (const batch of chunks(rows, ROWS_PER_STATEMENT)) {
 				const returned: Array<{ event_id: string }> = await trx("delivery_messages").insert(batch).onConflict("event_id").ignore().returning("event_id");
 				for (const row of returned) inserted.add(row.event_id);
@@ -293,15 +300,6 @@ export const IntakeMixin: DispatcherMixin = {
 		},
 
 		async insertDeliveries(this: DispatcherThis, trx: Knex.Transaction, rows: NewDeliveryRow[]): Promise<void> {
-			const sqlite = await sqliteConnectionOf(trx);
-			if (sqlite) {
-				const insert = sqlite.prepare(
-					`INSERT INTO deliveries (id, event_id, webhook_id, customer_id, status, next_attempt_at, lease_id, created_at, updated_at)
-					VALUES (@id, @event_id, @webhook_id, @customer_id, @status, @next_attempt_at, @lease_id, @created_at, @updated_at)`,
-				);
-				for (const row of rows) insert.run(row);
-				return;
-			}
 			for (const batch of chunks(rows, ROWS_PER_STATEMENT)) await trx("deliveries").insert(batch);
 		},
 	},
