@@ -60,6 +60,7 @@ const DispatcherService: ServiceSchema<ServiceSettingSchema, DispatcherThis> = {
 		this.held = 0;
 		this.heldByWebhook = new Map();
 		this.attemptsInFlight = new Set();
+		this.failingWebhooks = new Set();
 		this.targets = new Map();
 		this.resolving = new Set();
 		this.claimRun = null;

@@ -149,6 +149,8 @@ export type DispatcherThis = DbServiceThis & {
 	held: number;
 	heldByWebhook: Map<string, number>;
 	attemptsInFlight: Set<Promise<void>>;
+	/** Webhooks whose last attempt here failed: sent one attempt at a time until one succeeds. */
+	failingWebhooks: Set<string>;
 	targets: Map<string, { target: Target | null; expiresAt: number }>;
 	resolving: Set<string>;
 	claimRun: Promise<void> | null;
