@@ -1,6 +1,20 @@
 # One image for every role: the gateway, the dispatcher and the notifier differ only in SERVICES.
 # The full node:20 image (not -slim) carries python3, make and g++, which better-sqlite3 needs
 # when no prebuilt binary matches.
+#
+# Stage "web" builds the web application with the dev dependencies (Vite, Preact); the final
+# image installs production dependencies only and copies the built app from it.
+FROM node:20-bookworm AS web
+WORKDIR /build
+COPY package.json package-lock.json .npmrc ./
+COPY sdk/package.json sdk/
+RUN npm ci --ignore-scripts
+COPY tsconfig.json ./
+COPY web ./web
+COPY lib ./lib
+COPY scripts/build-web.ts ./scripts/
+RUN npx tsx scripts/build-web.ts
+
 FROM node:20-bookworm
 
 WORKDIR /app
@@ -9,11 +23,16 @@ ENV NODE_ENV=production \
 	OPS_PORT=3030 \
 	DATA_DIR=/data
 
-# Dependencies first, so that a code change does not reinstall them.
+# Dependencies first, so that a code change does not reinstall them. The SDK is an npm workspace:
+# npm ci needs its package.json to link it. `npm ci` runs the prepare script, which finds no Vite
+# here and leaves the app to the COPY from the web stage below.
 COPY package.json package-lock.json .npmrc ./
-RUN npm ci --omit=dev --loglevel=warn
+COPY sdk/package.json sdk/
+COPY scripts/build-web.ts ./scripts/
+RUN npm ci --omit=dev
 
 COPY . .
+COPY --from=web /build/web/dist ./web/dist
 # DATA_DIR holds SQLite, generated secrets and .eml files in the embedded mode (`docker run`
 # without DATABASE_URL); mount a volume there to keep them.
 RUN mkdir -p /data && chown node:node /data

@@ -5,7 +5,7 @@ const js = require("@eslint/js");
 const tseslint = require("typescript-eslint");
 
 module.exports = tseslint.config(
-	{ ignores: ["node_modules/", "data/", "coverage/", "dist/"] },
+	{ ignores: ["node_modules/", "data/", "coverage/", "dist/", "web/dist/", "sdk/dist/", "sdk/.dist-check-*/"] },
 	js.configs.recommended,
 	...tseslint.configs.recommended,
 	{
@@ -20,6 +20,20 @@ module.exports = tseslint.config(
 		// Tests read parsed JSON response bodies whose shape the assertions themselves check.
 		files: ["test/**/*.ts"],
 		rules: { "@typescript-eslint/no-explicit-any": "off" },
+	},
+	{
+		// The web application runs in the browser (Preact, ES modules, bundled by Vite).
+		files: ["web/**/*.{ts,tsx,mts}"],
+		languageOptions: {
+			sourceType: "module",
+			parserOptions: { ecmaFeatures: { jsx: true } },
+			globals: { window: "readonly", document: "readonly", navigator: "readonly", sessionStorage: "readonly", fetch: "readonly", requestAnimationFrame: "readonly" },
+		},
+	},
+	{
+		// ES-module scripts run by Node (the test OpenID Provider, which must be ESM).
+		files: ["**/*.mjs"],
+		languageOptions: { sourceType: "module", globals: { process: "readonly", URL: "readonly", console: "readonly" } },
 	},
 	{
 		// Plain CommonJS configuration files (this one, jest.config.js).

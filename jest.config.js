@@ -7,6 +7,8 @@ module.exports = {
 		// Type checking is `npm run typecheck`'s job; transpile-only keeps the suite fast.
 		"^.+\\.ts$": ["ts-jest", { diagnostics: false }],
 	},
+	// The SDK from its source, as tsconfig.json's paths map it (its package's main is the built dist/).
+	moduleNameMapper: { "^@satellite-webhooks/sdk$": "<rootDir>/sdk/src/index.ts" },
 	testTimeout: 60_000,
 	globalSetup: "<rootDir>/test/helpers/global-setup.ts",
 	// A suite whose setup fails may never reach its afterAll, leaving a pool or child process

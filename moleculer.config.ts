@@ -4,6 +4,8 @@ import type { BrokerOptions } from "moleculer";
 import type { AppConfig } from "./lib/config";
 import { intakeMiddlewares } from "./lib/intake-channel";
 import { ZodValidator } from "./mixins/validation";
+import { logFormatter, RequestScopeMiddleware } from "./lib/logging";
+import { replCommands } from "./lib/repl-commands";
 
 export function brokerOptions(config: AppConfig, overrides: Partial<BrokerOptions> = {}): BrokerOptions {
 	return {
@@ -12,7 +14,8 @@ export function brokerOptions(config: AppConfig, overrides: Partial<BrokerOption
 		transporter: config.TRANSPORTER ? { type: "NATS", options: { url: config.TRANSPORTER } } : undefined,
 		logger: {
 			type: "Console",
-			options: { level: config.LOG_LEVEL, formatter: "short", colors: process.stdout.isTTY },
+			// JSON lines in production; every line carries the request id of the call that caused it.
+			options: { level: config.LOG_LEVEL, formatter: logFormatter(config.NODE_ENV === "production"), colors: false },
 		},
 		serializer: "JSON",
 		requestTimeout: 30_000,
@@ -26,8 +29,11 @@ export function brokerOptions(config: AppConfig, overrides: Partial<BrokerOption
 		registry: { strategy: "RoundRobin", preferLocal: true },
 		circuitBreaker: { enabled: false },
 		validator: new ZodValidator(),
-		// Cluster nodes reach the durable intake channel on JetStream (lib/intake-channel.ts).
-		middlewares: config.TRANSPORTER ? intakeMiddlewares(config) : [],
+		// The request id on every log line; cluster nodes also reach the durable intake channel on
+		// JetStream (lib/intake-channel.ts).
+		middlewares: [RequestScopeMiddleware, ...(config.TRANSPORTER ? intakeMiddlewares(config) : [])],
+		// Operators' commands for `npm run repl` (lib/repl-commands.ts).
+		replCommands: replCommands(),
 		// server.ts handles SIGTERM and SIGINT itself, with a bound; moleculer's own handlers
 		// would stop the broker a second time.
 		skipProcessEventRegistration: true,

@@ -83,8 +83,6 @@ async function main(): Promise<void> {
 			}
 		});
 	}
-
-	if (process.env.REPL === "1") app.broker.repl();
 }
 
 main().catch(err => {

@@ -3,6 +3,7 @@
 // configured algorithms are accepted, so `alg: none` and algorithm-confusion tokens fail.
 import { createRemoteJWKSet, jwtVerify, SignJWT, errors as joseErrors, type JWTPayload } from "jose";
 import type { AppConfig } from "./config";
+import { isWellFormedText } from "./schemas/common";
 
 export interface Principal {
 	userId: string;
@@ -23,29 +24,51 @@ export class AuthenticationError extends Error {
 
 export type TokenVerifier = (token: string) => Promise<Principal>;
 
+// Expiry is the issuer's decision: only a few seconds of skew, whatever AUTH_CLOCK_SKEW says.
+const EXPIRY_TOLERANCE_SECONDS = 5;
+
 const ID_PATTERN = /^[\w.@|:+-]{1,200}$/;
 
-function principalFrom(payload: JWTPayload, customerClaim: string): Principal {
+/** A claim that must be a time no later than now (plus the allowed skew): iat, auth_time. */
+function pastInstant(payload: JWTPayload, claim: "iat" | "auth_time", skewSeconds: number): number | undefined {
+	const value = payload[claim];
+	if (value === undefined) return undefined;
+	if (typeof value !== "number" || !Number.isFinite(value) || value < 0) throw new AuthenticationError(`Token claim ${claim} is not a valid time`);
+	if (value > Date.now() / 1000 + skewSeconds) throw new AuthenticationError(`Token claim ${claim} is in the future`);
+	return value;
+}
+
+/** Names from a token are shown back to people: a string that is not valid Unicode is dropped. */
+function text(value: unknown, max: number): string | null {
+	return typeof value === "string" && value.length <= max && isWellFormedText(value) ? value : null;
+}
+
+function principalFrom(payload: JWTPayload, customerClaim: string, skewSeconds: number): Principal {
 	const sub = payload.sub;
 	if (typeof sub !== "string" || !ID_PATTERN.test(sub)) throw new AuthenticationError("Token has no usable sub claim");
 	const customerValue = payload[customerClaim];
 	if (customerValue !== undefined && (typeof customerValue !== "string" || !ID_PATTERN.test(customerValue))) {
 		throw new AuthenticationError(`Token claim ${customerClaim} is not a usable id`);
 	}
-	const text = (value: unknown, max: number) => (typeof value === "string" && value.length <= max ? value : null);
-	const loginSeconds = typeof payload.auth_time === "number" ? payload.auth_time : payload.iat;
+	// jose allowed exp the whole skew (its one tolerance also covers nbf): hold exp to a few seconds.
+	if (typeof payload.exp === "number" && payload.exp <= Date.now() / 1000 - EXPIRY_TOLERANCE_SECONDS) throw new AuthenticationError("Token has expired");
+	const issuedAt = pastInstant(payload, "iat", skewSeconds);
+	const loginSeconds = pastInstant(payload, "auth_time", skewSeconds) ?? issuedAt;
 	return {
 		userId: sub,
 		customerId: (customerValue as string | undefined) ?? sub,
 		name: text(payload.name, 200),
 		email: text(payload.email, 320),
-		lastLogin: typeof loginSeconds === "number" && Number.isFinite(loginSeconds) ? new Date(loginSeconds * 1000).toISOString() : null,
+		// A login within the allowed skew ahead of our clock is recorded as now, never in the future.
+		lastLogin: loginSeconds === undefined ? null : new Date(Math.min(loginSeconds * 1000, Date.now())).toISOString(),
 	};
 }
 
 function describeJoseError(err: unknown): string {
 	if (err instanceof joseErrors.JWTExpired) return "Token has expired";
-	if (err instanceof joseErrors.JWTClaimValidationFailed) return `Token claim check failed: ${err.claim}`;
+	if (err instanceof joseErrors.JWTClaimValidationFailed) {
+		return err.reason === "missing" ? `Token has no ${err.claim} claim` : `Token claim check failed: ${err.claim}`;
+	}
 	if (err instanceof joseErrors.JOSEAlgNotAllowed) return "Token algorithm is not allowed";
 	if (err instanceof joseErrors.JWSSignatureVerificationFailed) return "Token signature is invalid";
 	if (err instanceof joseErrors.JWKSNoMatchingKey) return "Token key is unknown";
@@ -54,10 +77,13 @@ function describeJoseError(err: unknown): string {
 }
 
 export function createTokenVerifier(config: AppConfig): TokenVerifier {
+	const skewSeconds = config.AUTH_CLOCK_SKEW / 1000;
+	// A token without exp would be valid forever; nbf is checked by jose within the same skew.
 	const options = {
 		issuer: config.AUTH_ISSUER,
 		audience: config.AUTH_AUDIENCE,
-		clockTolerance: 5,
+		clockTolerance: skewSeconds,
+		requiredClaims: ["exp"],
 	};
 	if (config.AUTH_JWKS_URL) {
 		const jwks = createRemoteJWKSet(new URL(config.AUTH_JWKS_URL));
@@ -65,7 +91,7 @@ export function createTokenVerifier(config: AppConfig): TokenVerifier {
 		return rememberVerifiedTokens(async token => {
 			try {
 				const { payload } = await jwtVerify(token, jwks, { ...options, algorithms });
-				return { principal: principalFrom(payload, config.AUTH_CUSTOMER_CLAIM), expiresAt: payload.exp };
+				return { principal: principalFrom(payload, config.AUTH_CUSTOMER_CLAIM, skewSeconds), expiresAt: payload.exp };
 			} catch (err) {
 				throw new AuthenticationError(describeJoseError(err));
 			}
@@ -76,7 +102,7 @@ export function createTokenVerifier(config: AppConfig): TokenVerifier {
 	return rememberVerifiedTokens(async token => {
 		try {
 			const { payload } = await jwtVerify(token, key, { ...options, algorithms: ["HS256"] });
-			return { principal: principalFrom(payload, config.AUTH_CUSTOMER_CLAIM), expiresAt: payload.exp };
+			return { principal: principalFrom(payload, config.AUTH_CUSTOMER_CLAIM, skewSeconds), expiresAt: payload.exp };
 		} catch (err) {
 			throw new AuthenticationError(describeJoseError(err));
 		}

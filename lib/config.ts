@@ -57,6 +57,16 @@ const base64Key32 = z
 	.string()
 	.refine(text => Buffer.from(text, "base64").length === 32, "must be base64 of exactly 32 bytes");
 
+/** "*" or a bare origin: scheme, host and port, no path. */
+function isOrigin(text: string): boolean {
+	if (text === "*") return true;
+	try {
+		return new URL(text).origin === text.replace(/\/$/, "").toLowerCase();
+	} catch {
+		return false;
+	}
+}
+
 const positiveInt = (fallback: number) => z.coerce.number().int().positive().default(fallback);
 
 export const ALL_SERVICES = ["api", "topics", "webhooks", "users", "dispatcher", "notifier"] as const;
@@ -107,9 +117,17 @@ export const EnvSchema = z.object({
 	AUTH_AUDIENCE: z.string().optional(),
 	AUTH_ALGORITHMS: csv,
 	AUTH_CUSTOMER_CLAIM: z.string().default("customer_id"),
+	AUTH_CLOCK_SKEW: duration("60s"),
+	// The web application's sign-in. Without OIDC_ISSUER it asks for a token (`npm run token`).
+	OIDC_ISSUER: z.string().url().optional(),
+	OIDC_CLIENT_ID: z.string().min(1).max(200).optional(),
+	OIDC_SCOPE: z.string().default("openid profile email"),
 
 	SECRETS_KEY: base64Key32.optional(),
 	RATE_LIMIT_PER_MINUTE: positiveInt(600),
+	// Counted before authentication, so bad tokens count too. Unset: twice RATE_LIMIT_PER_MINUTE.
+	RATE_LIMIT_PER_ADDRESS_PER_MINUTE: z.coerce.number().int().positive().optional(),
+	CORS_ORIGINS: csv.pipe(z.array(z.string().refine(isOrigin, "each entry must be * or an origin such as https://app.example.com"))).transform(origins => origins.map(origin => (origin === "*" ? origin : new URL(origin).origin))),
 	PUBLIC_BASE_URL: z.string().url().optional(),
 
 	SMTP_URL: z
@@ -179,6 +197,9 @@ export function parseConfig(env: NodeJS.ProcessEnv | Env = process.env): AppConf
 		throw new ConfigError(`Invalid configuration:\n${lines.join("\n")}`);
 	}
 	const parsed = result.data;
+	if (Boolean(parsed.OIDC_ISSUER) !== Boolean(parsed.OIDC_CLIENT_ID)) {
+		throw new ConfigError("Invalid configuration:\n  OIDC_ISSUER and OIDC_CLIENT_ID must be set together");
+	}
 	return {
 		...parsed,
 		production: parsed.NODE_ENV === "production",

@@ -41,6 +41,13 @@ export class UnprocessableError extends ClientProblem {
 	}
 }
 
+/** 429, with the real wait until the caller's budget refills. */
+export class RateLimitedError extends ClientProblem {
+	constructor(readonly retryAfterSeconds: number) {
+		super(429, "rate-limited", `Too many requests: try again in ${retryAfterSeconds} s`);
+	}
+}
+
 export function invalidField(path: string, message: string): UnprocessableError {
 	return new UnprocessableError(message, [{ path, message }]);
 }
@@ -51,7 +58,13 @@ export interface Problem {
 	status: number;
 	detail: string;
 	errors?: FieldProblem[];
+	/** How many problems were found beyond the listed ones. */
+	errors_omitted?: number;
 }
+
+/** A hostile body can hold thousands of problems: list the first ones and count the rest. */
+export const MAX_LISTED_ERRORS = 50;
+const MAX_DETAIL_LENGTH = 1_000;
 
 const TITLES: Record<number, [slug: string, title: string]> = {
 	400: ["invalid-json", "Bad Request"],
@@ -59,12 +72,14 @@ const TITLES: Record<number, [slug: string, title: string]> = {
 	403: ["forbidden", "Forbidden"],
 	404: ["not-found", "Not Found"],
 	405: ["method-not-allowed", "Method Not Allowed"],
+	408: ["request-timeout", "Request Timeout"],
 	409: ["conflict", "Conflict"],
 	412: ["precondition-failed", "Precondition Failed"],
 	413: ["payload-too-large", "Payload Too Large"],
 	415: ["unsupported-media-type", "Unsupported Media Type"],
 	422: ["validation-error", "Unprocessable Content"],
 	429: ["rate-limited", "Too Many Requests"],
+	431: ["headers-too-large", "Request Header Fields Too Large"],
 	500: ["internal", "Internal Server Error"],
 	503: ["service-unavailable", "Service Unavailable"],
 };
@@ -94,7 +109,9 @@ export function isDependencyFailure(err: unknown): boolean {
 
 function problem(status: number, detail: string, slug?: string, errors?: FieldProblem[]): Problem {
 	const [defaultSlug, title] = TITLES[status] ?? TITLES[500];
-	return { type: PROBLEM_TYPE_PREFIX + (slug ?? defaultSlug), title, status, detail, ...(errors ? { errors } : {}) };
+	const shortDetail = detail.length > MAX_DETAIL_LENGTH ? `${detail.slice(0, MAX_DETAIL_LENGTH - 1)}…` : detail;
+	const listed = errors && errors.length > MAX_LISTED_ERRORS ? { errors: errors.slice(0, MAX_LISTED_ERRORS), errors_omitted: errors.length - MAX_LISTED_ERRORS } : errors ? { errors } : {};
+	return { type: PROBLEM_TYPE_PREFIX + (slug ?? defaultSlug), title, status, detail: shortDetail, ...listed };
 }
 
 /**

@@ -12,7 +12,7 @@ import crypto from "node:crypto";
 import { Middleware as ChannelsMiddleware } from "@moleculer/channels";
 import type { Middleware, ServiceBroker } from "moleculer";
 import { connect, headers, nanos, type MsgHdrs, type ConsumerConfig, type JetStreamManager, type NatsConnection, type StreamConfig } from "nats";
-import type { AppConfig } from "./config";
+import { ConfigError, type AppConfig } from "./config";
 
 export const ORDER_STATUS_CHANNEL = "tasking.order_status";
 export const INTAKE_GROUPS = ["dispatcher", "notifier"] as const;
@@ -118,7 +118,11 @@ export async function provisionIntake(natsUrl: string, config: AppConfig): Promi
 	let connection: NatsConnection | undefined;
 	try {
 		connection = await connect({ servers: natsUrl.split(",").map(server => new URL(server).host), name: "intake-provisioning" });
-		const manager = await connection.jetstreamManager();
+		const manager = await connection.jetstreamManager().catch(err => {
+			// nats.js answers a server without JetStream with a bare "503".
+			if ((err as { code?: string }).code === "503") throw new ConfigError(`Invalid configuration: TRANSPORTER: the NATS server at ${natsUrl} has no JetStream; start it with -js`);
+			throw err;
+		});
 		await ensureStream(manager, names.stream, names.subject);
 		await ensureStream(manager, names.deadLetterStream, names.deadLetterSubject);
 		for (const group of INTAKE_GROUPS) await ensureConsumer(manager, names.stream, consumerConfig(names, group));

@@ -17,13 +17,21 @@ export function enableProcessMetrics(broker: ServiceBroker): void {
 	collectDefaultMetrics({ register: metricsOf(broker) });
 }
 
-type MetricConstructor<M> = new (config: { name: string; help: string; labelNames?: string[]; registers: Registry[]; buckets?: number[] }) => M;
+type MetricConstructor<M> = new (config: { name: string; help: string; labelNames?: string[]; registers: Registry[]; buckets?: number[]; collect?: () => unknown }) => M;
 
-function getOrCreate<M>(broker: ServiceBroker, Kind: MetricConstructor<M>, name: string, help: string, labelNames: string[] = [], buckets?: number[]): M {
+function getOrCreate<M>(
+	broker: ServiceBroker,
+	Kind: MetricConstructor<M>,
+	name: string,
+	help: string,
+	labelNames: string[] = [],
+	buckets?: number[],
+	collect?: () => unknown,
+): M {
 	const registry = metricsOf(broker);
 	const existing = registry.getSingleMetric(name);
 	if (existing) return existing as unknown as M;
-	return new Kind({ name, help, labelNames, registers: [registry], ...(buckets ? { buckets } : {}) });
+	return new Kind({ name, help, labelNames, registers: [registry], ...(buckets ? { buckets } : {}), ...(collect ? { collect } : {}) });
 }
 
 export const counter = (broker: ServiceBroker, name: string, help: string, labelNames?: string[]) =>
@@ -32,3 +40,10 @@ export const gauge = (broker: ServiceBroker, name: string, help: string, labelNa
 	getOrCreate<Gauge<string>>(broker, Gauge as MetricConstructor<Gauge<string>>, name, help, labelNames);
 export const histogram = (broker: ServiceBroker, name: string, help: string, labelNames?: string[], buckets?: number[]) =>
 	getOrCreate<Histogram<string>>(broker, Histogram as MetricConstructor<Histogram<string>>, name, help, labelNames, buckets);
+
+/** A gauge whose value is read when Prometheus scrapes (`collect` sets it, and may be async). */
+export const gaugeReadAtScrape = (broker: ServiceBroker, name: string, help: string, labelNames: string[], collect: (gauge: Gauge<string>) => Promise<void>) => {
+	const created: { gauge?: Gauge<string> } = {};
+	created.gauge = getOrCreate<Gauge<string>>(broker, Gauge as MetricConstructor<Gauge<string>>, name, help, labelNames, undefined, () => collect(created.gauge!));
+	return created.gauge;
+};

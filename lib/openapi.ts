@@ -6,10 +6,11 @@
 // body into one object, so the generator splits it again: path placeholders become path
 // parameters, the rest become query parameters (GET, DELETE) or the JSON body (POST, PUT, PATCH).
 import { z } from "zod";
-import { PageContext, PageLink } from "./schemas/common";
+import { PageContext, PageLink, QUERY_INTEGERS } from "./schemas/common";
 import { WebhookTopic } from "./schemas/topics";
 import { CreateWebhook, ListWebhooks, UpdateWebhook, WebhookIdParams, WebhookPage, WebhookView, WebhookWithSecret } from "./schemas/webhooks";
 import { Delivery, DeliveryParams, DeliveryWithAttempts, ListDeliveriesParams, TestWebhookParams } from "./schemas/deliveries";
+import { WebhookStats, WebhookStatsParams } from "./schemas/delivery-stats";
 import { DetailsParams, NotificationsUpdate, UserDetails } from "./schemas/users";
 import { MAX_UNSUBSCRIBE_TOKEN_LENGTH } from "./unsubscribe-token";
 import packageJson from "../package.json";
@@ -31,7 +32,8 @@ const Problem = z.object({
 	errors: z
 		.array(z.object({ path: z.string().describe("Where, e.g. events[0]; empty for the whole body"), message: z.string() }))
 		.optional()
-		.describe("422 only: one entry per problem found"),
+		.describe("422 only: one entry per problem found, at most 50"),
+	errors_omitted: z.number().int().optional().describe("How many problems were found beyond the 50 listed"),
 });
 
 const WebhookTestResult = WebhookView.extend({
@@ -62,6 +64,7 @@ const COMPONENTS: Record<string, z.ZodType> = {
 	Delivery,
 	DeliveryPage,
 	DeliveryWithAttempts,
+	WebhookStats,
 	UserDetails,
 };
 
@@ -82,6 +85,8 @@ interface Operation {
 	hiddenFields?: string[];
 	/** A non-JSON request body (the unsubscribe form). */
 	formBody?: z.ZodType;
+	/** Query parameters of an operation that also takes a body (the unsubscribe form's link token). */
+	query?: z.ZodType;
 	success: { status: number; description: string; schema?: string | { arrayOf: string }; html?: boolean; headers?: Record<string, string> };
 	errors: ErrorStatus[];
 	/** Error statuses answered with an HTML page instead of problem details (the unsubscribe page). */
@@ -216,6 +221,19 @@ export const OPERATIONS: Operation[] = [
 	},
 	{
 		method: "get",
+		path: `${API_BASE}/webhooks/{id}/stats`,
+		action: "dispatcher.webhookStats",
+		tag: "Deliveries",
+		summary: "A webhook's delivery health per hour",
+		description:
+			"One bucket per hour over the window (`24h`), oldest first: deliveries created in that hour counted by their current status, " +
+			"and attempts made in that hour counted by outcome.",
+		params: WebhookStatsParams,
+		success: { status: 200, description: "Counts per hour", schema: "WebhookStats" },
+		errors: WITH_ID,
+	},
+	{
+		method: "get",
 		path: `${API_BASE}/user/details`,
 		action: "users.details",
 		tag: "Users",
@@ -256,6 +274,7 @@ export const OPERATIONS: Operation[] = [
 		tag: "Email",
 		summary: "Turn off the email the link was for (RFC 8058 one-click)",
 		public: true,
+		query: UnsubscribeQuery,
 		formBody: UnsubscribeForm,
 		success: { status: 200, description: "An HTML page confirming the change", html: true },
 		errors: [413, 422, 429],
@@ -271,7 +290,7 @@ const ERROR_DESCRIPTIONS: Record<ErrorStatus, string> = {
 	413: "The body is over 64 KiB",
 	415: "The body was not sent as application/json",
 	422: "The body or parameters failed validation: `errors` says what and where",
-	429: "Rate limit hit: wait for Retry-After seconds",
+	429: "Rate limit hit (per principal, or per client address before authentication): wait for Retry-After seconds",
 	503: "A dependency (database, broker) is down; nothing was changed",
 };
 
@@ -296,7 +315,15 @@ function componentSchemas(): Record<string, JsonSchema> {
 }
 
 function inputSchema(schema: z.ZodType): { properties: Record<string, JsonSchema>; required: string[]; rest: JsonSchema } {
-	const json = withoutMetaKeys(z.toJSONSchema(schema, { io: "input", unrepresentable: "any" }) as JsonSchema);
+	// Query integers are documented as the integers they stand for, with their default.
+	const override = ({ zodSchema, jsonSchema }: { zodSchema: unknown; jsonSchema: JsonSchema }) => {
+		const def = (zodSchema as { _zod: { def: { type: string; innerType?: z.ZodType; defaultValue?: unknown } } })._zod.def;
+		const documented = QUERY_INTEGERS.get((def.type === "default" ? def.innerType : zodSchema) as z.ZodType);
+		if (!documented) return;
+		delete jsonSchema.anyOf;
+		Object.assign(jsonSchema, documented, def.type === "default" ? { default: def.defaultValue } : {});
+	};
+	const json = withoutMetaKeys(z.toJSONSchema(schema, { io: "input", unrepresentable: "any", override }) as JsonSchema);
 	const { properties = {}, required = [], ...rest } = json as { properties?: Record<string, JsonSchema>; required?: string[] };
 	return { properties, required, rest };
 }
@@ -307,9 +334,30 @@ function responseSchema(schema: Operation["success"]["schema"]): JsonSchema | un
 	return { type: "array", items: { $ref: SCHEMA_REF(schema.arrayOf) } };
 }
 
+const hasBody = (operation: Operation) => ["post", "put", "patch"].includes(operation.method);
+const pathNamesOf = (operation: Operation) => [...operation.path.matchAll(/\{(\w+)\}/g)].map(match => match[1]);
+const inputOf = (schema: z.ZodType | undefined) => (schema ? inputSchema(schema) : { properties: {}, required: [], rest: {} });
+
+/**
+ * Where the query parameters of an operation are declared: the action's params minus the path
+ * for an operation without a body, or a separate schema next to a body.
+ */
+function queryInput(operation: Operation): { properties: Record<string, JsonSchema>; required: string[] } {
+	if (hasBody(operation)) return inputOf(operation.query);
+	const input = inputOf(operation.params);
+	const pathNames = pathNamesOf(operation);
+	const names = Object.keys(input.properties).filter(name => !pathNames.includes(name) && !operation.hiddenFields?.includes(name));
+	return { properties: Object.fromEntries(names.map(name => [name, input.properties[name]])), required: input.required };
+}
+
+/** The documented query parameters of each action reached over HTTP: the gateway refuses any other. */
+export function queryParametersByAction(): Map<string, string[]> {
+	return new Map(OPERATIONS.map(operation => [operation.action, Object.keys(queryInput(operation).properties)]));
+}
+
 function buildOperation(operation: Operation): JsonSchema {
-	const pathNames = [...operation.path.matchAll(/\{(\w+)\}/g)].map(match => match[1]);
-	const input = operation.params ? inputSchema(operation.params) : { properties: {}, required: [], rest: {} };
+	const pathNames = pathNamesOf(operation);
+	const input = inputOf(operation.params);
 	const parameters: JsonSchema[] = pathNames.map(name => ({
 		name,
 		in: "path",
@@ -317,12 +365,11 @@ function buildOperation(operation: Operation): JsonSchema {
 		schema: input.properties[name] ?? { type: "string" },
 	}));
 	const bodyFields = Object.keys(input.properties).filter(name => !pathNames.includes(name) && !operation.hiddenFields?.includes(name));
-	const hasJsonBody = ["post", "put", "patch"].includes(operation.method);
-	if (!hasJsonBody) {
-		for (const name of bodyFields) {
-			const { description, ...schema } = input.properties[name];
-			parameters.push({ name, in: "query", required: input.required.includes(name), schema, ...(description ? { description } : {}) });
-		}
+	const hasJsonBody = hasBody(operation);
+	const query = queryInput(operation);
+	for (const [name, property] of Object.entries(query.properties)) {
+		const { description, ...schema } = property;
+		parameters.push({ name, in: "query", required: query.required.includes(name), schema, ...(description ? { description } : {}) });
 	}
 	if (operation.ifMatch) {
 		parameters.push({ name: "If-Match", in: "header", required: false, schema: { type: "string" }, description: "The ETag last read: the update is refused with 412 if the record changed since" });
@@ -400,7 +447,10 @@ export function buildOpenApiDocument(options: OpenApiOptions): JsonSchema {
 			version: options.version,
 			description:
 				"Webhooks (Standard Webhooks signatures), their delivery log, and per-user email notification preferences. " +
-				"Every /id/v3 operation needs `Authorization: Bearer <JWT>`. Errors are RFC 9457 problem details.",
+				"Every /id/v3 operation needs `Authorization: Bearer <JWT>`. Errors are RFC 9457 problem details. " +
+				"Body fields come from the JSON body only, and an operation accepts only the query parameters listed here (others get 422). " +
+				"OPTIONS is answered by the gateway (CORS preflights for the configured origins), HEAD is GET without a body, " +
+				"and a method a path does not take gets 405 with Allow.",
 		},
 		servers: [{ url: options.serverUrl ?? "/" }],
 		security: [{ bearerAuth: [] }],

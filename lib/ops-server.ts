@@ -1,10 +1,14 @@
 // Unauthenticated operational endpoints on OPS_PORT: /health for orchestrators, /metrics for
-// Prometheus. Kept off the public API port so they can stay behind the cluster network.
+// Prometheus. Kept off the public API port so they can stay behind the cluster network. The
+// health report's details (node id, which carries the host name; services; checks) go only to a
+// loopback caller or one with a valid bearer token: anyone else gets the status alone.
 import http from "node:http";
 import type { AddressInfo } from "node:net";
+import ipaddr from "ipaddr.js";
 import type { ServiceBroker } from "moleculer";
 import { metricsOf } from "./metrics";
-import { listenError } from "./config";
+import { configOf, listenError } from "./config";
+import { createTokenVerifier, type TokenVerifier } from "./auth";
 
 export interface HealthReport {
 	status: "ok" | "unavailable";
@@ -76,13 +80,43 @@ export async function checkHealth(broker: ServiceBroker): Promise<HealthReport> 
 	};
 }
 
+function isLoopback(address: string | undefined): boolean {
+	try {
+		return address !== undefined && ipaddr.process(address).range() === "loopback";
+	} catch {
+		return false;
+	}
+}
+
+/** Whether this caller may see the health report's details. */
+async function mayReadDetails(req: http.IncomingMessage, verifier: () => TokenVerifier | undefined): Promise<boolean> {
+	if (isLoopback(req.socket.remoteAddress)) return true;
+	const token = /^Bearer +(\S+)$/i.exec(req.headers.authorization ?? "")?.[1];
+	const verify = token ? verifier() : undefined;
+	if (!token || !verify) return false;
+	return verify(token).then(
+		() => true,
+		() => false,
+	);
+}
+
 export async function startOpsServer(broker: ServiceBroker, port: number, host: string): Promise<http.Server> {
+	let verifier: TokenVerifier | undefined;
+	const tokenVerifier = () => {
+		try {
+			verifier ??= createTokenVerifier(configOf(broker));
+		} catch {
+			// No token configuration in this process: only loopback callers see details.
+		}
+		return verifier;
+	};
 	const server = http.createServer((req, res) => {
 		const respond = async () => {
 			if (req.url === "/health" || req.url === "/health/") {
 				const report = await checkHealth(broker);
-				res.writeHead(report.status === "ok" ? 200 : 503, { "content-type": "application/json" });
-				res.end(JSON.stringify(report));
+				const body = (await mayReadDetails(req, tokenVerifier)) ? report : { status: report.status };
+				res.writeHead(report.status === "ok" ? 200 : 503, { "content-type": "application/json", "cache-control": "no-store", "x-content-type-options": "nosniff" });
+				res.end(JSON.stringify(body));
 			} else if (req.url === "/metrics") {
 				const registry = metricsOf(broker);
 				res.writeHead(200, { "content-type": registry.contentType });

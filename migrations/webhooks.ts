@@ -1,3 +1,4 @@
+import type { Knex } from "knex";
 import type { Migration } from "../mixins/db.mixin";
 
 // Named so that the service can tell which rule a unique violation broke (PostgreSQL reports
@@ -36,4 +37,43 @@ export const webhooksMigrations: Migration[] = [
 			await db.schema.dropTable("webhooks");
 		},
 	},
+	{
+		// URLs are now stored without a trailing dot on the host ("https://example.com./" is
+		// "https://example.com/"), so that the uniqueness rule sees one host. Rows stored before
+		// are brought to that form, except where the customer already has the dot-less twin: two
+		// webhooks must not be merged behind the customer's back, so that pair stays as it was.
+		name: "002_url_host_without_trailing_dot",
+		async up(db) {
+			await normaliseTrailingDots(db);
+		},
+		async down() {
+			// The dot-less form is a valid URL for the same host: nothing to undo.
+		},
+	},
 ];
+
+/** "https://example.com.:8443/x" → "https://example.com:8443/x"; undefined when already fine. */
+export function withoutTrailingHostDot(url: string): string | undefined {
+	try {
+		const parsed = new URL(url);
+		if (!parsed.hostname.endsWith(".") || parsed.hostname.startsWith("[")) return undefined;
+		parsed.hostname = parsed.hostname.slice(0, -1);
+		return parsed.href === url ? undefined : parsed.href;
+	} catch {
+		return undefined;
+	}
+}
+
+async function normaliseTrailingDots(db: Knex): Promise<void> {
+	// The stored form always has "/" or ":port" right after the host.
+	const rows: Array<{ id: string; customer_id: string; url: string }> = await db("webhooks")
+		.select("id", "customer_id", "url")
+		.where("url", "like", "%./%")
+		.orWhere("url", "like", "%.:%");
+	for (const row of rows) {
+		const url = withoutTrailingHostDot(row.url);
+		if (!url) continue;
+		const twin = await db("webhooks").where({ customer_id: row.customer_id, url }).first("id");
+		if (!twin) await db("webhooks").where({ id: row.id }).update({ url });
+	}
+}

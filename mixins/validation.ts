@@ -23,14 +23,14 @@ export function formatIssuePath(path: ReadonlyArray<PropertyKey>): string {
 }
 
 export function issuesToProblems(error: z.ZodError): FieldProblem[] {
-	return error.issues.map(issue => {
-		const where = formatIssuePath(issue.path);
-		// Unknown keys are reported on the object; name each key so the client sees what to drop.
+	return error.issues.flatMap(issue => {
+		// zod reports unknown keys on the object; give each key its own entry, at its own path,
+		// so a client can point at the field to drop.
 		if (issue.code === "unrecognized_keys") {
 			const keys = (issue as { keys: string[] }).keys;
-			return { path: where, message: `Unknown field(s): ${keys.join(", ")}` };
+			return keys.map(key => ({ path: formatIssuePath([...issue.path, key]), message: "is not a known field" }));
 		}
-		return { path: where, message: issue.message };
+		return [{ path: formatIssuePath(issue.path), message: issue.message }];
 	});
 }
 

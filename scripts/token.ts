@@ -1,5 +1,5 @@
 // Prints a bearer token that the embedded default accepts, alone on standard output:
-//   npm run token -- --sub alice --email alice@example.com [--name Alice] [--customer acme] [--expires 12h]
+//   npm run -s token -- --sub alice --email alice@example.com [--name Alice] [--customer acme] [--expires 12h]
 // It reads DATA_DIR and AUTH_JWT_SECRET exactly as the server does.
 import { parseArgs } from "node:util";
 import { loadConfig } from "../lib/config";
@@ -16,7 +16,7 @@ async function main(): Promise<void> {
 		},
 	});
 	if (!values.sub) {
-		process.stderr.write("usage: npm run token -- --sub <user id> [--email <addr>] [--name <name>] [--customer <id>] [--expires 12h]\n");
+		process.stderr.write("usage: npm run -s token -- --sub <user id> [--email <addr>] [--name <name>] [--customer <id>] [--expires 12h]\n");
 		process.exit(64);
 	}
 	const { config } = loadConfig(process.env);

@@ -1,6 +1,8 @@
 // api: the HTTP gateway (moleculer-web). Owns no table. It authenticates bearer tokens, turns
-// every failure into RFC 9457 problem details, enforces the body limit and the per-token rate
-// limit, and maps /id/v3 routes to the actions of the services that own the data.
+// every failure into RFC 9457 problem details, enforces the body limit and the rate limits (per
+// client address before authentication, per principal after), answers OPTIONS and CORS itself,
+// and maps /id/v3 routes to the actions of the services that own the data, each parameter taken
+// only from where the route documents it (lib/gateway-policy.ts).
 import type { IncomingMessage, ServerResponse } from "node:http";
 import type { Context, Service, ServiceSchema, ServiceSettingSchema } from "moleculer";
 import ApiGateway from "moleculer-web";
@@ -9,6 +11,10 @@ import { configOf, type AppConfig } from "../lib/config";
 import { createTokenVerifier, AuthenticationError, type Principal, type TokenVerifier } from "../lib/auth";
 import { toProblem, type Problem } from "../lib/errors";
 import { openApiJson } from "../lib/openapi";
+import { createRateLimiter, type RateLimiter } from "../lib/rate-limit";
+import { GatewayFrontDoor } from "../mixins/gateway-front-door";
+import { createWebAppHandler } from "../lib/web-app";
+import { httpRequestObserver } from "../lib/http-metrics";
 
 export const API_BASE = "/id/v3";
 const BODY_LIMIT = "64kb";
@@ -17,6 +23,10 @@ const METHODS_WITH_BODY = new Set(["POST", "PUT", "PATCH"]);
 // last sent to `users.touch` and skip identical claims for a while.
 const TOUCH_CACHE_TTL_MS = 60_000;
 const TOUCH_CACHE_MAX = 10_000;
+const RATE_WINDOW_SECONDS = 60;
+const UNSUBSCRIBE_LIMIT_PER_ADDRESS = 60;
+// Routes answered with CORS headers for the configured origins (the email links are not).
+const CORS_PATHS = [API_BASE, "/openapi.json"];
 
 /** Successful statuses other than 200, by action. The services stay free of HTTP details. */
 const STATUS_BY_ACTION: Record<string, number> = {
@@ -31,6 +41,7 @@ type GatewayRequest = IncomingMessage & {
 	body?: unknown;
 	originalUrl?: string;
 };
+
 type Next = (err?: unknown) => void;
 
 export interface GatewayMeta {
@@ -49,7 +60,12 @@ type ApiThis = Service & {
 	config: AppConfig;
 	verifyToken: TokenVerifier;
 	touchedUsers: Map<string, { fingerprint: string; at: number }>;
+	limitAddress: RateLimiter;
+	limitPrincipal: RateLimiter;
+	limitUnsubscribe: RateLimiter;
+	observeHttpRequest(req: IncomingMessage, res: ServerResponse): void;
 	authenticateRequest(req: GatewayRequest): Promise<void>;
+	beforeAction(req: GatewayRequest): Promise<void>;
 	touchUser(ctx: Context, principal: Principal): Promise<void>;
 	sendProblem(req: GatewayRequest, res: ServerResponse, err: unknown): void;
 };
@@ -57,9 +73,21 @@ type ApiThis = Service & {
 function bearerToken(req: IncomingMessage): string {
 	const header = req.headers.authorization;
 	if (!header) throw new AuthenticationError("Missing Authorization header");
-	const match = /^Bearer ([A-Za-z0-9\-_]+\.[A-Za-z0-9\-_]*\.[A-Za-z0-9\-_]*)$/.exec(header.trim());
+	// RFC 7235: the scheme is case-insensitive.
+	const match = /^Bearer +([A-Za-z0-9\-_]+\.[A-Za-z0-9\-_]*\.[A-Za-z0-9\-_]*)$/i.exec(header.trim());
 	if (!match) throw new AuthenticationError("Authorization header must be 'Bearer <JWT>'");
 	return match[1];
+}
+
+/** The client's address, for the limit that applies before anyone is authenticated. */
+function clientAddress(req: IncomingMessage): string {
+	return req.socket.remoteAddress ?? "unknown";
+}
+
+function setRateHeaders(res: ServerResponse, budget: { limit: number; remaining: number; resetSeconds: number }): void {
+	res.setHeader("RateLimit-Limit", String(budget.limit));
+	res.setHeader("RateLimit-Remaining", String(budget.remaining));
+	res.setHeader("RateLimit-Reset", String(budget.resetSeconds));
 }
 
 function hasBody(req: IncomingMessage): boolean {
@@ -84,7 +112,8 @@ class HttpProblem extends Error {
 
 const ApiService: ServiceSchema<ServiceSettingSchema, ApiThis> = {
 	name: "api",
-	mixins: [ApiGateway],
+	// The front door first: its request handling wraps moleculer-web's.
+	mixins: [GatewayFrontDoor(CORS_PATHS), ApiGateway],
 
 	settings: {
 		port: 3000,
@@ -95,14 +124,23 @@ const ApiService: ServiceSchema<ServiceSettingSchema, ApiThis> = {
 		log4XXResponses: false,
 		logRequestParams: null,
 		logResponseData: null,
+		// The request id, decided (and echoed) by the front door (mixins/gateway-front-door.ts),
+		// becomes ctx.requestID of every action the request causes, and so of their log lines.
+		rootCallOptions(this: ApiThis, options: { requestID?: string }, req: IncomingMessage, res: ServerResponse) {
+			this.observeHttpRequest(req, res);
+			options.requestID = req.headers["x-request-id"] as string;
+		},
 		routes: [
 			{
 				path: API_BASE,
 				mappingPolicy: "restrict",
 				autoAliases: false,
 				bodyParsers: false,
-				// Filled in `merged`. Order matters: 401 before 415 before 413/400, so an unauthenticated
-				// caller learns nothing else.
+				// Body, query and path stay apart: `callAction` builds the action's params from them.
+				mergeParams: false,
+				// Filled in `merged`. Order matters: the address limit first (bad tokens count too), then
+				// 401 before the principal's limit, then 415 before 413/400, so an unauthenticated caller
+				// learns nothing else.
 				use: [],
 				aliases: {
 					"GET /webhooks/events": "topics.webhookTopics",
@@ -116,14 +154,9 @@ const ApiService: ServiceSchema<ServiceSettingSchema, ApiThis> = {
 					"GET /webhooks/:id/deliveries": "dispatcher.listDeliveries",
 					"GET /webhooks/:id/deliveries/:delivery_id": "dispatcher.getDelivery",
 					"POST /webhooks/:id/deliveries/:delivery_id/retry": "dispatcher.retryDelivery",
+					"GET /webhooks/:id/stats": "dispatcher.webhookStats",
 					"GET /user/details": "users.details",
 					"PUT /user/settings": "users.updateSettings",
-				},
-				rateLimit: {
-					window: 60_000,
-					limit: 600,
-					headers: true,
-					key: (req: IncomingMessage) => req.headers.authorization ?? req.socket.remoteAddress ?? "anonymous",
 				},
 				callOptions: { timeout: 30_000 },
 				onBeforeCall(this: ApiThis, ctx: Context<unknown, GatewayMeta>, _route: unknown, req: GatewayRequest) {
@@ -147,16 +180,13 @@ const ApiService: ServiceSchema<ServiceSettingSchema, ApiThis> = {
 				mappingPolicy: "restrict",
 				autoAliases: false,
 				bodyParsers: { json: false, urlencoded: { extended: false, limit: "4kb" } },
+				mergeParams: false,
 				aliases: {
 					"GET /unsubscribe": "notifier.unsubscribePage",
 					"POST /unsubscribe": "notifier.unsubscribe",
 				},
-				rateLimit: {
-					window: 60_000,
-					limit: 60,
-					headers: true,
-					key: (req: IncomingMessage) => req.socket.remoteAddress ?? "anonymous",
-				},
+				// Filled in `merged`: a per-address limit.
+				use: [],
 			},
 			{
 				// The OpenAPI 3.1 document (lib/openapi.ts). Public, like any API reference.
@@ -164,6 +194,7 @@ const ApiService: ServiceSchema<ServiceSettingSchema, ApiThis> = {
 				mappingPolicy: "restrict",
 				autoAliases: false,
 				bodyParsers: false,
+				mergeParams: false,
 				aliases: {
 					"GET /"(this: ApiThis, _req: IncomingMessage, res: ServerResponse) {
 						res.setHeader("Content-Type", "application/json; charset=utf-8");
@@ -171,6 +202,16 @@ const ApiService: ServiceSchema<ServiceSettingSchema, ApiThis> = {
 						res.end(openApiJson(this.config.PUBLIC_BASE_URL));
 					},
 				},
+			},
+			{
+				// The web application at / and its GET /config.json (lib/web-app.ts). Routes are
+				// matched deepest first, so this one only sees what no other route claims.
+				path: "/",
+				mappingPolicy: "restrict",
+				autoAliases: false,
+				bodyParsers: false,
+				aliases: {},
+				use: [],
 			},
 		],
 		onError(this: ApiThis, req: GatewayRequest, res: ServerResponse, err: unknown) {
@@ -185,7 +226,15 @@ const ApiService: ServiceSchema<ServiceSettingSchema, ApiThis> = {
 			ctx.meta.principal = principal;
 			ctx.meta.userId = principal.userId;
 			ctx.meta.customerId = principal.customerId;
-			await this.touchUser(ctx, principal);
+		},
+
+		/**
+		 * The user record is refreshed from the token only once the gateway has accepted the
+		 * request (limits, body, parameters), so that those refusals write nothing.
+		 */
+		async beforeAction(this: ApiThis, req: GatewayRequest): Promise<void> {
+			const principal = req.$ctx.meta.principal;
+			if (principal) await this.touchUser(req.$ctx, principal);
 		},
 
 		async touchUser(this: ApiThis, ctx: Context, principal: Principal): Promise<void> {
@@ -207,13 +256,14 @@ const ApiService: ServiceSchema<ServiceSettingSchema, ApiThis> = {
 		sendProblem(this: ApiThis, req: GatewayRequest, res: ServerResponse, err: unknown): void {
 			const problem: Problem = toProblem(err);
 			if (problem.status >= 500) {
-				this.logger.error(`${req.method} ${req.originalUrl ?? req.url} failed`, err);
+				// The path only: a query string can carry a credential (the unsubscribe links' token).
+				this.logger.error(`${req.method} ${(req.originalUrl ?? req.url ?? "").split("?")[0]} failed`, err);
 			}
 			if (res.headersSent) return;
 			res.statusCode = problem.status;
 			res.setHeader("Content-Type", "application/problem+json");
 			if (problem.status === 401) res.setHeader("WWW-Authenticate", 'Bearer realm="id/v3"');
-			if (problem.status === 429) res.setHeader("Retry-After", String(Math.ceil(60)));
+			if (problem.status === 429) res.setHeader("Retry-After", String((err as { retryAfterSeconds?: number }).retryAfterSeconds ?? 60));
 			if (problem.status === 503) res.setHeader("Retry-After", "5");
 			res.end(JSON.stringify(problem));
 		},
@@ -226,17 +276,35 @@ const ApiService: ServiceSchema<ServiceSettingSchema, ApiThis> = {
 		const settings = schema.settings as {
 			port: number;
 			ip: string;
-			routes: Array<{ rateLimit: { limit: number }; use: unknown[] }>;
+			routes: Array<{ path: string; use?: unknown[] }>;
 		};
 		settings.port = config.PORT;
 		settings.ip = config.HOST;
+		settings.routes.find(webApp => webApp.path === "/")!.use = [createWebAppHandler(config)];
 		const route = settings.routes[0];
-		route.rateLimit.limit = config.RATE_LIMIT_PER_MINUTE;
+		const emailRoute = settings.routes.find(candidate => candidate.path === "/email")!;
+		emailRoute.use = [
+			(req: GatewayRequest, _res: ServerResponse, next: Next) => {
+				this.limitUnsubscribe(clientAddress(req)).then(() => next(), next);
+			},
+		];
 		// Not strict: a JSON string or number is valid JSON, so it gets the 422 below, not a 400.
 		const jsonParser = bodyParser.json({ limit: BODY_LIMIT, strict: false, type: () => true });
 		route.use = [
 			(req: GatewayRequest, _res: ServerResponse, next: Next) => {
+				this.limitAddress(clientAddress(req)).then(() => next(), next);
+			},
+			(req: GatewayRequest, _res: ServerResponse, next: Next) => {
 				this.authenticateRequest(req).then(() => next(), next);
+			},
+			// Per principal, not per token string: a second token or another encoding of the same
+			// token shares the user's budget.
+			(req: GatewayRequest, res: ServerResponse, next: Next) => {
+				const principal = req.$ctx.meta.principal!;
+				this.limitPrincipal(JSON.stringify([principal.customerId, principal.userId])).then(budget => {
+					setRateHeaders(res, budget);
+					next();
+				}, next);
 			},
 			(req: GatewayRequest, res: ServerResponse, next: Next) => {
 				if (!METHODS_WITH_BODY.has(req.method ?? "") || !hasBody(req)) return next();
@@ -267,6 +335,11 @@ const ApiService: ServiceSchema<ServiceSettingSchema, ApiThis> = {
 		this.config = configOf(this.broker);
 		this.verifyToken = createTokenVerifier(this.config);
 		this.touchedUsers = new Map();
+		const perMinute = this.config.RATE_LIMIT_PER_MINUTE;
+		this.limitPrincipal = createRateLimiter(perMinute, RATE_WINDOW_SECONDS);
+		this.limitAddress = createRateLimiter(this.config.RATE_LIMIT_PER_ADDRESS_PER_MINUTE ?? 2 * perMinute, RATE_WINDOW_SECONDS);
+		this.limitUnsubscribe = createRateLimiter(UNSUBSCRIBE_LIMIT_PER_ADDRESS, RATE_WINDOW_SECONDS);
+		this.observeHttpRequest = httpRequestObserver(this.broker);
 	},
 };
 

@@ -2,7 +2,8 @@
 // `delivery_attempts`, `delivery_rejected_events`). It takes in `tasking.order_status` events,
 // persists one message per event and one delivery per subscribed webhook before any request is
 // made (acknowledging a channel event only then), sends them through lib/webhook-sender.ts, retries failures on the persisted schedule of
-// lib/retry-schedule.ts, and serves the webhook test and the delivery log.
+// lib/retry-schedule.ts, and serves the webhook test, the delivery log and
+// (mixins/dispatcher/stats.mixin.ts) the per-hour delivery stats.
 //
 // How a delivery moves (each step is a mixin in mixins/dispatcher/):
 //   intake   events arriving together are written in one transaction; each new delivery is
@@ -31,6 +32,9 @@ import { WorkerMixin } from "../mixins/dispatcher/worker.mixin";
 import { ResultsMixin } from "../mixins/dispatcher/results.mixin";
 import { ClaimsMixin } from "../mixins/dispatcher/claims.mixin";
 import { DeliveryLogMixin } from "../mixins/dispatcher/delivery-log.mixin";
+import { DeliveryStatsMixin } from "../mixins/dispatcher/stats.mixin";
+import { DispatcherBacklogMixin } from "../mixins/backlog.mixin";
+import { DispatcherOperatorMixin } from "../mixins/dispatcher-operator.mixin";
 
 // Moleculer types a mixin with the base Service as `this`; the parts are typed with DispatcherThis.
 const parts = [
@@ -46,6 +50,12 @@ const parts = [
 	ClaimsMixin,
 	// actions testWebhook, listDeliveries, getDelivery, retryDelivery
 	DeliveryLogMixin,
+	// action webhookStats (GET /webhooks/{id}/stats)
+	DeliveryStatsMixin,
+	// action backlog (the pending-delivery gauges of /metrics)
+	DispatcherBacklogMixin,
+	// actions locateDelivery, failedDeliveriesSince (the operators' REPL commands)
+	DispatcherOperatorMixin,
 ] as Partial<ServiceSchema>[];
 
 const DispatcherService: ServiceSchema<ServiceSettingSchema, DispatcherThis> = {

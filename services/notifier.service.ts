@@ -22,6 +22,7 @@ import type { Counter } from "prom-client";
 import { z } from "zod";
 import { OrderStatusIntakeMixin } from "../mixins/order-status-intake.mixin";
 import { DbMixin, isPostgres, nowIso, type DbServiceThis } from "../mixins/db.mixin";
+import { NotifierBacklogMixin } from "../mixins/backlog.mixin";
 import { issuesToProblems, zodParams } from "../mixins/validation";
 import { notifierMigrations } from "../migrations/notifier";
 import { ConfigError } from "../lib/config";
@@ -171,7 +172,7 @@ function truncate(text: string, max: number): string {
 
 const NotifierService: ServiceSchema<ServiceSettingSchema, NotifierThis> = {
 	name: "notifier",
-	mixins: [DbMixin("notifier", notifierMigrations) as Partial<ServiceSchema>, OrderStatusIntakeMixin("notifier")],
+	mixins: [DbMixin("notifier", notifierMigrations) as Partial<ServiceSchema>, OrderStatusIntakeMixin("notifier"), NotifierBacklogMixin],
 
 	actions: {
 		/** Operators' view of the outbox, newest first. Tokens are never stored, so never shown. */

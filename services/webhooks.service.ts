@@ -281,6 +281,17 @@ const WebhooksService: ServiceSchema<ServiceSettingSchema, WebhooksThis> = {
 			},
 		},
 
+		/** Which customer a webhook belongs to, for operators' tools (the REPL); no secret. 404 if unknown. */
+		owner: {
+			visibility: "public",
+			params: zodParams(WebhookIdParams),
+			async handler(this: WebhooksThis, ctx: Context<WebhookIdParams>): Promise<{ id: string; customerId: string }> {
+				const row: Pick<WebhookRow, "id" | "customer_id"> | undefined = await this.db("webhooks").select("id", "customer_id").where({ id: ctx.params.id }).first();
+				if (!row) throw new NotFoundError("Webhook");
+				return { id: row.id, customerId: row.customer_id };
+			},
+		},
+
 		/** The public record for other services that check ownership (meta.customerId); 404 otherwise. */
 		find: {
 			visibility: "public",

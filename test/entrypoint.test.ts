@@ -113,6 +113,9 @@ async function dropIntakeStreams(namespace: string): Promise<void> {
 	}
 }
 
+// Each test starts real processes (several, for the cluster recipe): slow on a loaded machine.
+jest.setTimeout(120_000);
+
 describe("the server process", () => {
 	const dirs: string[] = [];
 	const dataDir = () => {
@@ -198,7 +201,7 @@ describe("the server process", () => {
 				if (running.child.exitCode === null) process.kill(-running.child.pid!, "SIGKILL");
 				await dropIntakeStreams(namespace);
 			}
-		});
+		}, 240_000);
 	});
 
 	const describeWithNats = natsEnabled() ? describe : describe.skip;

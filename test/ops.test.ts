@@ -162,7 +162,7 @@ describe("health when a dependency is down", () => {
 		const ops = await startWithOps("sqlite", { TRANSPORTER: `nats://127.0.0.1:${port}`, SERVICES: "topics", NAMESPACE: `ops-${port}` });
 		try {
 			const healthy = await getJson(`${ops.opsUrl}/health`);
-			expect(healthy.body.checks).toEqual({ transporter: { ok: true }, database: { ok: true } });
+			expect(healthy.body.checks).toEqual({ transporter: { ok: true }, intake: { ok: true }, database: { ok: true } });
 
 			await nats.stop();
 			const down = await eventually(() => getJson(`${ops.opsUrl}/health`), health => health.status === 503, 50);
@@ -180,8 +180,13 @@ describe("health when a dependency is down", () => {
 	});
 });
 
+// JetStream on, with one store per port: cluster nodes keep their intake there (a restart on the
+// same port finds it again).
+const natsStores = new Map<number, string>();
+
 async function startNats(port: number): Promise<{ stop(): Promise<void> }> {
-	const child: ChildProcess = spawn("nats-server", ["-a", "127.0.0.1", "-p", String(port)], { stdio: "ignore" });
+	if (!natsStores.has(port)) natsStores.set(port, fs.mkdtempSync(path.join(os.tmpdir(), "swh-ops-nats-")));
+	const child: ChildProcess = spawn("nats-server", ["-a", "127.0.0.1", "-p", String(port), "-js", "-sd", natsStores.get(port)!], { stdio: "ignore" });
 	const exited = new Promise<void>(resolve => child.once("exit", () => resolve()));
 	await eventually(() => canConnect(port), Boolean, 50);
 	return {

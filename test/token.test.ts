@@ -1,5 +1,6 @@
-// `npm run token`: prints one line, a JWT that a server on the same DATA_DIR accepts, with the
-// claims asked for. Run through npm exactly as the README tells users to.
+// `npm run -s token`: prints one line, a JWT that a server on the same DATA_DIR accepts, with the
+// claims asked for. Run through npm exactly as the README tells users to (`-s` keeps npm's banner
+// off standard output; .npmrc leaves npm's normal output on for everything else).
 import { spawn } from "node:child_process";
 import fs from "node:fs";
 import os from "node:os";
@@ -17,11 +18,11 @@ interface Run {
 	stderr: string;
 }
 
-/** Runs `npm run token -- <args>` from a shell-like environment (no settings of an outer npm). */
-function npmRunToken(args: string[], env: Record<string, string>): Promise<Run> {
+/** Runs `npm run -s token -- <args>` (or without `-s`) from a shell-like environment (no settings of an outer npm). */
+function npmRunToken(args: string[], env: Record<string, string>, silent = true): Promise<Run> {
 	const shellEnv = Object.fromEntries(Object.entries(process.env).filter(([name]) => !/^npm_/i.test(name)));
 	return new Promise((resolve, reject) => {
-		const child = spawn("npm", ["run", "token", "--", ...args], {
+		const child = spawn("npm", ["run", ...(silent ? ["-s"] : []), "token", "--", ...args], {
 			cwd: ROOT,
 			env: { ...shellEnv, AUTH_JWT_SECRET: "", AUTH_JWKS_URL: "", AUTH_ISSUER: "", AUTH_AUDIENCE: "", NODE_ENV: "", ...env },
 		});
@@ -34,7 +35,7 @@ function npmRunToken(args: string[], env: Record<string, string>): Promise<Run> 
 	});
 }
 
-describe.each(testDatabases())("npm run token (%s)", database => {
+describe.each(testDatabases())("npm run -s token (%s)", database => {
 	let dataDir: string;
 	let stack: Stack;
 	let minted: Run;
@@ -83,7 +84,7 @@ describe.each(testDatabases())("npm run token (%s)", database => {
 	});
 });
 
-describe("npm run token (arguments and configuration)", () => {
+describe("npm run -s token (arguments and configuration)", () => {
 	const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), "swh-token-"));
 	afterAll(() => fs.rmSync(dataDir, { recursive: true, force: true }));
 
@@ -91,7 +92,7 @@ describe("npm run token (arguments and configuration)", () => {
 		const run = await npmRunToken(["--email", "a@x"], { DATA_DIR: dataDir });
 		expect(run.code).not.toBe(0);
 		expect(run.stdout).toBe("");
-		expect(run.stderr).toMatch(/usage: npm run token -- --sub <user id>/);
+		expect(run.stderr).toMatch(/usage: npm run -s token -- --sub <user id>/);
 	});
 
 	it("refuses an unknown option", async () => {
@@ -110,5 +111,12 @@ describe("npm run token (arguments and configuration)", () => {
 		expect(payload).toMatchObject({ sub: "bob" });
 		expect(payload.exp! - payload.iat!).toBe(300);
 		expect(payload).not.toHaveProperty("customer_id");
+	});
+
+	it("without -s, npm is not silenced: its banner goes to stdout (so .npmrc hides no failure)", async () => {
+		const run = await npmRunToken(["--sub", "carol"], { DATA_DIR: dataDir }, false);
+		expect(run.code).toBe(0);
+		expect(run.stdout).toMatch(/^> satellite-webhooks@[^\n]* token$/m);
+		expect(run.stdout.trim().split("\n").at(-1)).toMatch(JWT);
 	});
 });

@@ -193,10 +193,10 @@ describe.each(testDatabases())("users on %s", database => {
 		});
 
 		it.each([
-			["an unknown top-level field", { notifications: [], sms: true }, ""],
-			["an attempt to name another user", { user_id: "bob", notifications: [] }, ""],
-			["an unknown field in a category entry", { notifications: [{ ...tasking(), push: true }] }, "notifications[0]"],
-			["an unknown field in a setting", { notifications: [tasking({ topic: ORDER_STATUS, email: true, sms: true } as Setting)] }, "notifications[0].settings[0]"],
+			["an unknown top-level field", { notifications: [], sms: true }, "sms"],
+			["an attempt to name another user", { user_id: "bob", notifications: [] }, "user_id"],
+			["an unknown field in a category entry", { notifications: [{ ...tasking(), push: true }] }, "notifications[0].push"],
+			["an unknown field in a setting", { notifications: [tasking({ topic: ORDER_STATUS, email: true, sms: true } as Setting)] }, "notifications[0].settings[0].sms"],
 			["a list that is a string", { notifications: "tasking" }, "notifications"],
 			["a list that is an object", { notifications: { category: "tasking" } }, "notifications"],
 			["a category entry that is a string", { notifications: ["tasking"] }, "notifications[0]"],

@@ -3,7 +3,7 @@
 import { z } from "zod";
 import { PageQuery } from "./common";
 import { WebhookId } from "./webhooks";
-import type { TaskingOrderStatusEvent } from "./events";
+import { ORDER_STATUSES, type TaskingOrderStatusEvent } from "./events";
 
 export const DELIVERY_STATUSES = ["pending", "succeeded", "failed", "cancelled"] as const;
 export const DeliveryStatus = z.enum(DELIVERY_STATUSES, { message: `must be one of: ${DELIVERY_STATUSES.join(", ")}` });
@@ -78,6 +78,35 @@ export interface WebhookTestOutcome {
 	detail: string;
 }
 
+// What receivers get: the bodies of delivered messages, by `type`. The SDK's verifyWebhook
+// returns these types; orderStatusMessage below builds the first one.
+
+const OrderStatus = z.enum(ORDER_STATUSES);
+
+/** The body of a `tasking:order_status` delivery. `details` keys of the event sit beside the core ones in `data`. */
+export const OrderStatusMessage = z.object({
+	type: z.literal("tasking:order_status"),
+	timestamp: z.string(),
+	data: z
+		.object({
+			order_id: z.string(),
+			status: OrderStatus,
+			previous_status: OrderStatus.nullable(),
+			user_id: z.string(),
+			order_name: z.string().nullable(),
+		})
+		.catchall(z.unknown()),
+});
+export type OrderStatusMessage = z.infer<typeof OrderStatusMessage>;
+
+/** The body of `POST /webhooks/{id}/test`. */
+export const WebhookTestMessage = z.object({
+	type: z.literal("webhook:test"),
+	timestamp: z.string(),
+	data: z.object({ webhook_id: z.string(), webhook_name: z.string(), message: z.string() }),
+});
+export type WebhookTestMessage = z.infer<typeof WebhookTestMessage>;
+
 /** The webhook-id header of a delivery: one per message per webhook, the same on every retry. */
 export function messageIdOf(deliveryId: string): string {
 	return `msg_${deliveryId}`;
@@ -89,7 +118,7 @@ export function messageIdOf(deliveryId: string): string {
  * so receivers see one stable shape.
  */
 export function orderStatusMessage(event: TaskingOrderStatusEvent, type: string, timestamp: string): string {
-	const data: Record<string, unknown> = {
+	const data: OrderStatusMessage["data"] = {
 		order_id: event.order_id,
 		status: event.status,
 		previous_status: event.previous_status ?? null,

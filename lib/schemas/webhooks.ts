@@ -3,7 +3,7 @@
 // field is a 422. The URL policy that needs configuration (allowed ranges) lives in
 // lib/url-policy.ts and runs in the service, after these schemas.
 import { z } from "zod";
-import { PageContext, PageLink, PageQuery } from "./common";
+import { displayName, PageContext, PageLink, PageQuery } from "./common";
 import { ExternalId } from "./events";
 import { MAX_WEBHOOK_URL_LENGTH } from "../url-policy";
 
@@ -15,12 +15,7 @@ export const WebhookId = z
 	.uuid({ message: "must be a UUID" })
 	.transform(id => id.toLowerCase());
 
-export const WebhookName = z
-	.string()
-	.trim()
-	.min(1, "must not be empty")
-	.max(MAX_WEBHOOK_NAME_LENGTH, `must be at most ${MAX_WEBHOOK_NAME_LENGTH} characters`)
-	.refine(name => !/\p{Cc}/u.test(name), "must not contain control characters");
+export const WebhookName = displayName(MAX_WEBHOOK_NAME_LENGTH);
 
 export const WebhookUrl = z.string().max(MAX_WEBHOOK_URL_LENGTH, `must be at most ${MAX_WEBHOOK_URL_LENGTH} characters`);
 

@@ -133,3 +133,21 @@ export function expectProblem(response: TestResponse, status: number): void {
 	});
 	expect(response.body).toMatchObject({ type: expect.any(String), title: expect.any(String), status, detail: expect.any(String) });
 }
+
+export type Rejection = (method: string, urlPath: string, options: RequestOptions, status: number) => Promise<TestResponse>;
+
+/**
+ * `rejected(method, path, options, status)`: sends the request, checks the problem answer, and
+ * proves that the listed tables did not change. Every status seen is pushed to `statuses`, so a
+ * suite can assert that none was a 5xx.
+ */
+export function rejectionCheck(stack: () => Stack, tables: string[], statuses: number[]): Rejection {
+	return async (method, urlPath, options, status) => {
+		const before = await snapshotTables(stack().db, tables);
+		const response = await stack().request(method, urlPath, options);
+		statuses.push(response.status);
+		expectProblem(response, status);
+		expect(await snapshotTables(stack().db, tables)).toEqual(before);
+		return response;
+	};
+}

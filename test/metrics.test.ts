@@ -1,0 +1,152 @@
+// Prometheus metrics on the ops endpoint, scraped from a real stack: the delivery backlog gauges
+// (pending, due, age of the oldest due one), the email outbox by status and the age of its
+// oldest pending email, HTTP requests by route template and status with their latency, beside
+// the existing delivery and email counters. Each is seen to move after real deliveries (one
+// receiver slow, one failing) and real emails (a real SMTP server that first defers, then
+// accepts). On SQLite and PostgreSQL: the gauges are read with SQL on either.
+import crypto from "node:crypto";
+import type http from "node:http";
+import type { AddressInfo } from "node:net";
+import { startOpsServer } from "../lib/ops-server";
+import { testDatabases } from "./helpers/services";
+import { startSmtpServer, type TestSmtpServer } from "./helpers/smtp-server";
+import { startDeliveryStack, waitUntil, type DeliveryStack, type OrderEvent } from "./helpers/delivery-stack";
+
+/** `name{labels} value` lines of a Prometheus text page, as a lookup. */
+function metricValue(page: string, name: string, labels: Record<string, string> = {}): number | undefined {
+	for (const line of page.split("\n")) {
+		const match = /^([a-zA-Z_:][\w:]*)(?:\{(.*)\})? (\S+)$/.exec(line);
+		if (!match || match[1] !== name) continue;
+		const found = Object.fromEntries([...(match[2] ?? "").matchAll(/(\w+)="((?:[^"\\]|\\.)*)"/g)].map(label => [label[1], label[2]]));
+		if (Object.entries(labels).every(([key, value]) => found[key] === value)) return Number(match[3]);
+	}
+	return undefined;
+}
+
+describe.each(testDatabases())("metrics on %s", database => {
+	let env: DeliveryStack;
+	let smtp: TestSmtpServer;
+	let ops: http.Server;
+	let deferEmails = true;
+
+	const scrape = async () => {
+		const response = await fetch(`http://127.0.0.1:${(ops.address() as AddressInfo).port}/metrics`);
+		expect(response.status).toBe(200);
+		return response.text();
+	};
+	const watch = (what: string, check: (page: string) => boolean) => waitUntil(scrape, check, what);
+	const customer = async (email?: string) => {
+		const id = `cust-${crypto.randomBytes(4).toString("hex")}`;
+		return { id, userId: `user-${id}`, token: await env.stack.token(`user-${id}`, { customer: id, ...(email ? { email } : {}) }) };
+	};
+	const orderEvent = (owner: { id: string; userId: string }, status: string): OrderEvent => ({
+		event_id: crypto.randomUUID(),
+		customer_id: owner.id,
+		user_id: owner.userId,
+		order_id: `o-${crypto.randomBytes(3).toString("hex")}`,
+		status,
+	});
+	const publish = (owner: { id: string; userId: string }, status = "fulfilled") => env.stack.app.broker.call("dispatcher.publish", orderEvent(owner, status));
+	// The event other services emit: the dispatcher and the notifier both consume it.
+	const emitOrderEvent = (owner: { id: string; userId: string }, status: string) => env.stack.app.broker.emit("tasking.order_status", orderEvent(owner, status));
+
+	beforeAll(async () => {
+		smtp = await startSmtpServer({ answer: () => (deferEmails ? { code: 451, message: "4.3.0 try again later" } : "accept") });
+		env = await startDeliveryStack(database, {
+			env: {
+				SMTP_URL: smtp.url,
+				MAIL_POLL_INTERVAL: "100ms",
+				MAIL_RETRY_SCHEDULE: "1s,2s,3s,4s,5s,6s,7s,8s,9s,10s",
+				// One attempt at a time (and so two leases): more due deliveries than that wait in the database.
+				DELIVERY_CONCURRENCY: "1",
+				DELIVERY_WEBHOOK_CONCURRENCY: "1",
+				// Long enough that a failing delivery stays pending across a few gauge refreshes.
+				DELIVERY_RETRY_SCHEDULE: "2s,4s,6s,8s,10s",
+			},
+		});
+		ops = await startOpsServer(env.stack.app.broker, 0, "127.0.0.1");
+	});
+	afterAll(async () => {
+		await new Promise(resolve => ops?.close(resolve));
+		await env?.stop();
+		await smtp?.close();
+	});
+
+	it("publishes every gauge from the start, at zero", async () => {
+		const page = await scrape();
+		expect(metricValue(page, "webhook_deliveries_pending")).toBe(0);
+		expect(metricValue(page, "webhook_deliveries_due")).toBe(0);
+		expect(metricValue(page, "webhook_delivery_oldest_due_age_seconds")).toBe(0);
+		for (const status of ["pending", "sent", "failed", "skipped"]) expect(metricValue(page, "email_outbox_emails", { status })).toBe(0);
+		expect(metricValue(page, "email_outbox_oldest_pending_age_seconds")).toBe(0);
+	});
+
+	it("the delivery backlog: pending and due counts, and the oldest due delivery's age, rise and fall", async () => {
+		const owner = await customer();
+		const slow = await env.createWebhook(owner.token);
+		env.script(slow, [], { status: 200, delayMs: 1_500 });
+		for (let i = 0; i < 8; i++) await publish(owner);
+		// Two are leased, the rest wait in the database, due, and age.
+		const backed = await watch("a due delivery waiting", page => (metricValue(page, "webhook_delivery_oldest_due_age_seconds") ?? 0) > 0);
+		expect(metricValue(backed, "webhook_deliveries_pending")).toBeGreaterThanOrEqual(1);
+		expect(metricValue(backed, "webhook_deliveries_due")).toBeGreaterThanOrEqual(1);
+		const drained = await watch("the backlog to drain", page => metricValue(page, "webhook_deliveries_pending") === 0);
+		expect(metricValue(drained, "webhook_deliveries_due")).toBe(0);
+		expect(metricValue(drained, "webhook_delivery_oldest_due_age_seconds")).toBe(0);
+		expect(metricValue(drained, "webhook_deliveries_finished_total", { status: "succeeded" })).toBeGreaterThanOrEqual(8);
+		expect(metricValue(drained, "webhook_delivery_attempts_total", { result: "succeeded" })).toBeGreaterThanOrEqual(8);
+	});
+
+	it("failed attempts are counted and their deliveries stay pending until the schedule ends", async () => {
+		const owner = await customer();
+		const failing = await env.createWebhook(owner.token);
+		env.script(failing, [], { status: 500 });
+		await publish(owner);
+		const page = await watch(
+			"a failed attempt, its delivery pending a retry",
+			current => (metricValue(current, "webhook_delivery_attempts_total", { result: "failed" }) ?? 0) >= 1 && (metricValue(current, "webhook_deliveries_pending") ?? 0) >= 1,
+		);
+		expect(metricValue(page, "webhook_delivery_attempt_seconds_count", { result: "failed" })).toBeGreaterThanOrEqual(1);
+		await watch("the delivery to give up", current => (metricValue(current, "webhook_deliveries_finished_total", { status: "failed" }) ?? 0) >= 1);
+	});
+
+	it("the email outbox: a deferred email is pending and ages, then counts as sent; an unwanted one as skipped", async () => {
+		const reader = await customer("reader@example.com");
+		const settings = { notifications: [{ category: "tasking", settings: [{ topic: "tasking:order_status", email: true }] }] };
+		expect((await env.stack.request("PUT", "/id/v3/user/settings", { token: reader.token, body: settings })).status).toBe(200);
+		await emitOrderEvent(reader, "fulfilled");
+		const deferred = await watch(
+			"a deferred email, pending and ageing",
+			page => (metricValue(page, "email_send_attempts_total", { result: "retry" }) ?? 0) >= 1 && (metricValue(page, "email_outbox_oldest_pending_age_seconds") ?? 0) > 0,
+		);
+		expect(metricValue(deferred, "email_outbox_emails", { status: "pending" })).toBe(1);
+
+		deferEmails = false;
+		const sent = await watch("the email sent", page => metricValue(page, "email_outbox_emails", { status: "sent" }) === 1);
+		expect(metricValue(sent, "email_outbox_emails", { status: "pending" })).toBe(0);
+		expect(metricValue(sent, "email_outbox_oldest_pending_age_seconds")).toBe(0);
+		expect(metricValue(sent, "emails_finished_total", { status: "sent" })).toBe(1);
+
+		// A user who never turned email on: the outbox records it as skipped.
+		const quiet = await customer("quiet@example.com");
+		await env.stack.request("GET", "/id/v3/user/details", { token: quiet.token });
+		await emitOrderEvent(quiet, "failed");
+		await watch("a skipped email", page => (metricValue(page, "email_outbox_emails", { status: "skipped" }) ?? 0) >= 1);
+	});
+
+	it("HTTP requests by route template and status, with latency", async () => {
+		const owner = await customer();
+		await env.createWebhook(owner.token);
+		await env.stack.request("GET", `/id/v3/webhooks/${crypto.randomUUID()}`, { token: owner.token });
+		await env.stack.request("GET", `/id/v3/webhooks/${crypto.randomUUID()}/`, { token: owner.token });
+		await env.stack.request("GET", "/no/such/path");
+		const page = await scrape();
+		expect(metricValue(page, "http_requests_total", { method: "POST", route: "/id/v3/webhooks", status: "201" })).toBeGreaterThanOrEqual(1);
+		// Ids never become labels: both unknown ids count under the template.
+		expect(metricValue(page, "http_requests_total", { method: "GET", route: "/id/v3/webhooks/:id", status: "404" })).toBe(2);
+		expect(metricValue(page, "http_request_duration_seconds_count", { method: "GET", route: "/id/v3/webhooks/:id", status: "404" })).toBe(2);
+		expect(metricValue(page, "http_request_duration_seconds_bucket", { method: "GET", route: "/id/v3/webhooks/:id", status: "404", le: "+Inf" })).toBe(2);
+		expect(metricValue(page, "http_requests_total", { method: "GET", route: "unmatched", status: "404" })).toBeGreaterThanOrEqual(1);
+		expect(page).not.toMatch(/route="\/id\/v3\/webhooks\/[0-9a-f]{8}-/);
+	});
+});

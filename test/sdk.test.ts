@@ -1,0 +1,405 @@
+// The TypeScript SDK (sdk/) against the real gateway and dispatcher: every method, the page
+// iterator, typed errors with their problem details, the bounded wait on 429, and verifyWebhook
+// on real deliveries (including a rotation's grace period), plus the README's SDK examples run
+// as written. The SDK is an HTTP client, so one database engine is enough here.
+import { spawn, type ChildProcess } from "node:child_process";
+import crypto from "node:crypto";
+import fs from "node:fs";
+import http from "node:http";
+import path from "node:path";
+import { Webhook } from "standardwebhooks";
+import {
+	ApiError,
+	AuthenticationError,
+	ConflictError,
+	NotFoundError,
+	PreconditionFailedError,
+	RateLimitError,
+	SatelliteWebhooksClient,
+	ValidationError,
+	WebhookVerificationError,
+	verifyWebhook,
+	type WebhookEvent,
+} from "@satellite-webhooks/sdk";
+import { startStack, type Stack } from "./helpers/stack";
+import { sleep, startDeliveryStack, waitUntil, type CreatedWebhook, type DeliveryStack, type OrderEvent } from "./helpers/delivery-stack";
+import type { ReceivedRequest } from "./helpers/https-receiver";
+import { freePort } from "./helpers/net";
+import { generateTypes, TARGET as GENERATED_TYPES } from "../sdk/scripts/generate-types";
+
+const ROOT = path.resolve(__dirname, "..");
+
+describe("the SDK package", () => {
+	it("has its types generated from the current schemas (run `npm run generate -w @satellite-webhooks/sdk` if not)", () => {
+		expect(fs.readFileSync(GENERATED_TYPES, "utf8")).toBe(generateTypes());
+	});
+
+	it("builds into a self-contained dist/: nothing imported from the service, only standardwebhooks at run time", async () => {
+		// Inside the repository, so that the build finds standardwebhooks as a customer's install would.
+		const outDir = fs.mkdtempSync(path.join(ROOT, "sdk", ".dist-check-"));
+		try {
+			const tsc = spawn(path.join(ROOT, "node_modules", ".bin", "tsc"), ["-p", "sdk/tsconfig.build.json", "--outDir", outDir], { cwd: ROOT });
+			let output = "";
+			tsc.stdout.on("data", chunk => (output += chunk));
+			tsc.stderr.on("data", chunk => (output += chunk));
+			expect({ code: await new Promise(resolve => tsc.on("exit", resolve)), output }).toEqual({ code: 0, output: "" });
+			const files = fs.readdirSync(outDir).filter(name => /\.(js|d\.ts)$/.test(name));
+			expect(files.sort()).toEqual(["api-types.d.ts", "api-types.js", "client.d.ts", "client.js", "errors.d.ts", "errors.js", "index.d.ts", "index.js", "verify.d.ts", "verify.js"]);
+			for (const file of files) {
+				const text = fs.readFileSync(path.join(outDir, file), "utf8");
+				const imported = [...text.matchAll(/(?:require\(|from )"([^"]+)"/g)].map(match => match[1]);
+				expect({ file, outside: imported.filter(name => !name.startsWith("./") && name !== "standardwebhooks") }).toEqual({ file, outside: [] });
+			}
+			const built = await import(path.join(outDir, "index.js"));
+			expect(typeof built.SatelliteWebhooksClient).toBe("function");
+			const secret = `whsec_${crypto.randomBytes(32).toString("base64")}`;
+			const body = JSON.stringify({ type: "webhook:test", timestamp: new Date().toISOString(), data: { webhook_id: "w", webhook_name: "n", message: "m" } });
+			const now = new Date();
+			const headers = { "webhook-id": "msg_1", "webhook-timestamp": String(Math.floor(now.getTime() / 1000)), "webhook-signature": new Webhook(secret).sign("msg_1", now, body) };
+			expect(built.verifyWebhook(body, headers, secret).type).toBe("webhook:test");
+		} finally {
+			fs.rmSync(outDir, { recursive: true, force: true });
+		}
+	});
+});
+
+describe("SDK against the real gateway", () => {
+	let env: DeliveryStack;
+	let client: SatelliteWebhooksClient;
+	let token: string;
+	const customer = `cust-${crypto.randomBytes(4).toString("hex")}`;
+	const user = `user-${customer}`;
+
+	const publish = async (status = "fulfilled") => {
+		const event: OrderEvent = { event_id: crypto.randomUUID(), customer_id: customer, user_id: user, order_id: `o-${crypto.randomBytes(3).toString("hex")}`, status };
+		await env.stack.app.broker.call("dispatcher.publish", event);
+		return event;
+	};
+	const webhookOf = (created: { id: string; secret: string; url: string }): CreatedWebhook => ({ ...created, path: new URL(created.url).pathname });
+	const deliveriesTo = (webhook: CreatedWebhook, count: number) => waitUntil(() => env.received(webhook), requests => requests.length >= count, `${count} deliveries`);
+	const newWebhook = (name: string) => client.webhooks.create({ name, url: `${env.receiver.url}/sdk/${crypto.randomBytes(4).toString("hex")}`, events: ["tasking:order_status"] });
+
+	beforeAll(async () => {
+		env = await startDeliveryStack("sqlite");
+		token = await env.stack.token(user, { customer, email: `${user}@example.com` });
+		client = new SatelliteWebhooksClient({ baseUrl: env.stack.baseUrl, token });
+	});
+	afterAll(() => env?.stop());
+
+	it("topics.list: the catalogue", async () => {
+		expect(await client.topics.list()).toEqual([{ topic: "tasking:order_status", name: "Tasking order status updates", description: expect.any(String) }]);
+	});
+
+	it("webhooks.create / get / update / delete", async () => {
+		const created = await newWebhook("crud");
+		expect(created).toMatchObject({ id: expect.any(String), name: "crud", active: true, events: ["tasking:order_status"], secret: expect.stringMatching(/^whsec_/) });
+		expect(await client.webhooks.get(created.id)).toEqual({ id: created.id, name: "crud", url: created.url, events: created.events, active: true, created_at: created.created_at, updated_at: created.updated_at });
+		const updated = await client.webhooks.update(created.id, { name: "crud (paused)", active: false });
+		expect(updated).toMatchObject({ id: created.id, name: "crud (paused)", active: false });
+		expect(updated).not.toHaveProperty("secret");
+		await expect(client.webhooks.delete(created.id)).resolves.toBeUndefined();
+		await expect(client.webhooks.get(created.id)).rejects.toBeInstanceOf(NotFoundError);
+	});
+
+	it("webhooks.list: the iterator walks every page in order, and stops on an exact-multiple last page", async () => {
+		const other = new SatelliteWebhooksClient({ baseUrl: `${env.stack.baseUrl}/id/v3/`, token: await env.stack.token(`lister-${customer}`) });
+		const names: string[] = [];
+		for (let i = 0; i < 4; i++) {
+			const name = `listed ${i}`;
+			await other.webhooks.create({ name, url: `${env.receiver.url}/list/${customer}/${i}`, events: ["tasking:order_status"] });
+			names.push(name);
+		}
+		const seen: string[] = [];
+		for await (const webhook of other.webhooks.list({ perPage: 2 })) seen.push(webhook.name);
+		expect(seen).toEqual(names);
+		const pages = [];
+		for await (const page of other.webhooks.list({ perPage: 2 }).pages()) pages.push(page);
+		expect(pages.map(page => page.items.length)).toEqual([2, 2]);
+		expect(pages[1].links).toEqual([]);
+		expect(pages[0].context).toEqual({ per_page: 2, matched: 4, returned: 2 });
+		expect((await other.webhooks.list({ perPage: 3 }).toArray()).map(webhook => webhook.name)).toEqual(names);
+	});
+
+	it("webhooks.test: a signed webhook:test event that verifyWebhook accepts", async () => {
+		const created = await newWebhook("tested");
+		const result = await client.webhooks.test(created.id);
+		expect(result).toMatchObject({ id: created.id, success: true, status_code: 200, title: null });
+		const [received] = env.received(webhookOf(created));
+		const event = verifyWebhook(received.body, received.headers, created.secret);
+		expect(event.type).toBe("webhook:test");
+		if (event.type === "webhook:test") expect(event.data.webhook_id).toBe(created.id);
+	});
+
+	describe("deliveries and verifyWebhook on real deliveries", () => {
+		let created: CreatedWebhook;
+		let delivered: ReceivedRequest;
+		let order: OrderEvent;
+
+		beforeAll(async () => {
+			created = webhookOf(await newWebhook("deliveries"));
+			order = await publish();
+			[delivered] = await deliveriesTo(created, 1);
+		});
+
+		it("verifyWebhook accepts a real delivery from the dispatcher, typed by its type", () => {
+			const event: WebhookEvent = verifyWebhook(Buffer.from(delivered.body), delivered.headers, created.secret);
+			if (event.type !== "tasking:order_status") throw new Error(`unexpected type ${event.type}`);
+			expect(event.data).toMatchObject({ order_id: order.order_id, status: "fulfilled", user_id: user, previous_status: null });
+			// A fetch Headers object works as well as node's header bag.
+			expect(verifyWebhook(delivered.body, new Headers(delivered.headers as Record<string, string>), [created.secret]).type).toBe("tasking:order_status");
+		});
+
+		it("verifyWebhook rejects a tampered body, a wrong secret, missing headers and a stale timestamp", () => {
+			const tampered = delivered.body.replace(order.order_id, "o-forged");
+			expect(() => verifyWebhook(tampered, delivered.headers, created.secret)).toThrow(WebhookVerificationError);
+			const wrong = `whsec_${crypto.randomBytes(32).toString("base64")}`;
+			expect(() => verifyWebhook(delivered.body, delivered.headers, wrong)).toThrow(/No matching signature/);
+			const { "webhook-signature": _dropped, ...unsigned } = delivered.headers;
+			expect(() => verifyWebhook(delivered.body, unsigned, created.secret)).toThrow(/Missing webhook-signature/);
+			// Correctly signed, but six minutes ago: outside the 5-minute tolerance (a replay).
+			const messageId = String(delivered.headers["webhook-id"]);
+			const staleAt = new Date(Date.now() - 6 * 60_000);
+			const stale = {
+				"webhook-id": messageId,
+				"webhook-timestamp": String(Math.floor(staleAt.getTime() / 1000)),
+				"webhook-signature": new Webhook(created.secret).sign(messageId, staleAt, delivered.body),
+			};
+			expect(() => verifyWebhook(delivered.body, stale, created.secret)).toThrow(/timestamp too old/);
+			// The same message signed now passes: only the timestamp made the difference.
+			const now = new Date();
+			const fresh = { ...stale, "webhook-timestamp": String(Math.floor(now.getTime() / 1000)), "webhook-signature": new Webhook(created.secret).sign(messageId, now, delivered.body) };
+			expect(verifyWebhook(delivered.body, fresh, created.secret).type).toBe("tasking:order_status");
+		});
+
+		it("deliveries.list (iterator, status filter), get and retry", async () => {
+			await waitUntil(() => client.deliveries.list(created.id, { status: "succeeded" }).toArray(), list => list.length === 1, "the delivery to succeed");
+			const all = await client.deliveries.list(created.id).toArray();
+			expect(all).toHaveLength(1);
+			expect(all[0]).toMatchObject({ webhook_id: created.id, event_id: order.event_id, status: "succeeded", attempt_count: 1, last_status_code: 200 });
+			expect(await client.deliveries.list(created.id, { status: "failed" }).toArray()).toEqual([]);
+			const detail = await client.deliveries.get(created.id, all[0].id);
+			expect(detail.attempts).toHaveLength(1);
+			expect(detail.attempts[0]).toMatchObject({ success: true, status_code: 200 });
+			expect(JSON.stringify(detail.payload)).toBe(JSON.stringify(JSON.parse(delivered.body)));
+			const retried = await client.deliveries.retry(created.id, all[0].id);
+			expect(retried).toMatchObject({ id: all[0].id, status: "pending" });
+			const [, again] = await deliveriesTo(created, 2);
+			expect(again.headers["webhook-id"]).toBe(delivered.headers["webhook-id"]);
+			expect(verifyWebhook(again.body, again.headers, created.secret).type).toBe("tasking:order_status");
+			await expect(client.deliveries.get(created.id, crypto.randomUUID())).rejects.toBeInstanceOf(NotFoundError);
+		});
+
+		it("webhooks.rotate: during the grace period a delivery verifies with the new or the old secret", async () => {
+			const rotated = await client.webhooks.rotate(created.id);
+			expect(rotated.secret).toMatch(/^whsec_/);
+			expect(rotated.secret).not.toBe(created.secret);
+			// The dispatcher drops its cached secrets on webhooks.rotated; publish until a delivery
+			// carries both signatures (new first, old second).
+			let latest: ReceivedRequest | undefined;
+			for (let tries = 0; tries < 5 && !latest; tries++) {
+				const before = env.received(created).length;
+				await publish("failed");
+				const [last] = (await deliveriesTo(created, before + 1)).slice(-1);
+				if (String(last.headers["webhook-signature"]).split(" ").length === 2) latest = last;
+				else await sleep(2_000);
+			}
+			if (!latest) throw new Error("no delivery signed with both secrets");
+			expect(verifyWebhook(latest.body, latest.headers, rotated.secret).type).toBe("tasking:order_status");
+			expect(verifyWebhook(latest.body, latest.headers, created.secret).type).toBe("tasking:order_status");
+			const stranger = `whsec_${crypto.randomBytes(32).toString("base64")}`;
+			expect(verifyWebhook(latest.body, latest.headers, [stranger, rotated.secret]).type).toBe("tasking:order_status");
+			expect(() => verifyWebhook(latest.body, latest.headers, [stranger])).toThrow(WebhookVerificationError);
+		});
+	});
+
+	it("user.details, setEmail and updateSettings with If-Match", async () => {
+		const details = await client.user.details();
+		expect(details).toMatchObject({ user_id: user, email: `${user}@example.com`, etag: expect.any(String) });
+		const topicSetting = () => client.user.details().then(d => d.user_metadata.notifications.flatMap(category => category.settings).find(setting => setting.topic === "tasking:order_status"));
+		expect((await topicSetting())?.email).toBe(false);
+		const on = await client.user.setEmail("tasking:order_status", true);
+		expect(on.etag).not.toBe(details.etag);
+		expect((await topicSetting())?.email).toBe(true);
+		const stale = client.user.updateSettings([{ category: "tasking", settings: [{ topic: "tasking:order_status", email: false }] }], { ifMatch: details.etag });
+		await expect(stale).rejects.toBeInstanceOf(PreconditionFailedError);
+		const off = await client.user.updateSettings([{ category: "tasking", settings: [{ topic: "tasking:order_status", email: false }] }], { ifMatch: on.etag });
+		expect(off.user_metadata.notifications[0].settings[0].email).toBe(false);
+	});
+
+	it("errors are typed and carry the problem details", async () => {
+		const missing = await client.webhooks.get(crypto.randomUUID()).catch(err => err);
+		expect(missing).toBeInstanceOf(NotFoundError);
+		expect(missing).toBeInstanceOf(ApiError);
+		expect(missing).toMatchObject({ status: 404, title: "Not Found", type: "urn:problem:not-found", detail: expect.any(String), errors: [] });
+		// The gateway's request id, to quote when asking for help: generated, or the one the client sent.
+		expect(missing.requestId).toMatch(/^[0-9a-f-]{36}$/);
+		const traced = new SatelliteWebhooksClient({ baseUrl: env.stack.baseUrl, token, requestId: () => "sdk-trace-1" });
+		expect(await traced.webhooks.get(crypto.randomUUID()).catch(err => err.requestId)).toBe("sdk-trace-1");
+
+		const invalid = await client.webhooks.create({ name: "", url: "https://example.com/x", events: [] }).catch(err => err);
+		expect(invalid).toBeInstanceOf(ValidationError);
+		expect(invalid.status).toBe(422);
+		expect(invalid.errors.map((problem: { path: string }) => problem.path).sort()).toEqual(["events", "name"]);
+		const insecure = await client.webhooks.create({ name: "plain", url: "http://example.com/x", events: ["tasking:order_status"] }).catch(err => err);
+		expect(insecure).toBeInstanceOf(ValidationError);
+		expect(insecure.errors).toEqual([{ path: "url", message: expect.stringContaining("HTTP is not supported") }]);
+
+		// An unknown field is reported under its own name.
+		const unknown = await client.webhooks.create({ name: "x", url: "https://example.com/x", events: ["tasking:order_status"], colour: "red" } as never).catch(err => err);
+		expect(unknown).toBeInstanceOf(ValidationError);
+		expect(unknown.errors).toEqual([expect.objectContaining({ path: "colour" })]);
+
+		const first = await newWebhook("twice");
+		const duplicate = await client.webhooks.create({ name: "twice", url: `${first.url}-other`, events: ["tasking:order_status"] }).catch(err => err);
+		expect(duplicate).toBeInstanceOf(ConflictError);
+		expect(duplicate.toProblem()).toMatchObject({ status: 409, title: "Conflict" });
+
+		const anonymous = new SatelliteWebhooksClient({ baseUrl: env.stack.baseUrl, token: "not.a.jwt" });
+		const unauthenticated = await anonymous.topics.list().catch(err => err);
+		expect(unauthenticated).toBeInstanceOf(AuthenticationError);
+		expect(unauthenticated.status).toBe(401);
+	});
+
+	it("a token function is asked before every request", async () => {
+		let asked = 0;
+		const fresh = new SatelliteWebhooksClient({ baseUrl: env.stack.baseUrl, token: () => (asked++, token) });
+		await fresh.topics.list();
+		await fresh.topics.list();
+		expect(asked).toBe(2);
+	});
+
+	describe("the README's SDK examples, run as written", () => {
+		const exampleDir = path.join(ROOT, "sdk", ".readme-examples");
+		const children: ChildProcess[] = [];
+		afterAll(() => {
+			for (const child of children) child.kill();
+			fs.rmSync(exampleDir, { recursive: true, force: true });
+		});
+
+		/** The ```ts block of README.md whose first line is `// <name>`. */
+		const readmeExample = (name: string) => {
+			const readme = fs.readFileSync(path.join(ROOT, "README.md"), "utf8");
+			const block = [...readme.matchAll(/```ts\n([\s\S]*?)```/g)].map(match => match[1]).find(code => code.startsWith(`// ${name}\n`));
+			if (!block) throw new Error(`README.md has no ts example named ${name}`);
+			fs.mkdirSync(exampleDir, { recursive: true });
+			const file = path.join(exampleDir, name);
+			fs.writeFileSync(file, block);
+			return file;
+		};
+		const tsx = (file: string, extraEnv: Record<string, string>) => {
+			const child = spawn(path.join(ROOT, "node_modules", ".bin", "tsx"), [file], { cwd: ROOT, env: { ...process.env, ...extraEnv } });
+			children.push(child);
+			let stdout = "";
+			let stderr = "";
+			child.stdout!.on("data", chunk => (stdout += chunk));
+			child.stderr!.on("data", chunk => (stderr += chunk));
+			const exited = new Promise<number | null>(resolve => child.on("exit", resolve));
+			return { child, exited, output: () => ({ stdout, stderr }) };
+		};
+
+		it("the client example creates a webhook, lists with the iterator and turns email on", async () => {
+			const exampleUser = `readme-${customer}`;
+			const exampleToken = await env.stack.token(exampleUser, { email: `${exampleUser}@example.com` });
+			const run = tsx(readmeExample("sdk-client.ts"), { API_URL: env.stack.baseUrl, TOKEN: exampleToken });
+			expect(await run.exited).toBe(0);
+			const { stdout } = run.output();
+			expect(stdout).toMatch(/created [0-9a-f-]{36}, secret whsec_/);
+			expect(stdout).toMatch(/Orders to ERP\s+https:\/\/hooks\.example\.com\/satellite\s+active/);
+			const reader = new SatelliteWebhooksClient({ baseUrl: env.stack.baseUrl, token: exampleToken });
+			expect((await reader.webhooks.list().toArray()).map(webhook => webhook.name)).toEqual(["Orders to ERP"]);
+			const settings = (await reader.user.details()).user_metadata.notifications.flatMap(category => category.settings);
+			expect(settings.find(setting => setting.topic === "tasking:order_status")?.email).toBe(true);
+		});
+
+		it("the node:http receiver example accepts a real delivery and refuses a tampered one", async () => {
+			const created = webhookOf(await newWebhook("forwarded"));
+			const order = await publish();
+			const [delivered] = await deliveriesTo(created, 1);
+			const port = await freePort();
+			const run = tsx(readmeExample("receiver.ts"), { PORT: String(port), WEBHOOK_SECRETS: created.secret });
+			const forward = async (body: string) => {
+				const headers = { "content-type": "application/json", ...Object.fromEntries(["webhook-id", "webhook-timestamp", "webhook-signature"].map(name => [name, String(delivered.headers[name])])) };
+				// The receiver starts in the background; retry until it listens.
+				return waitUntil(
+					() =>
+						new Promise<number>(resolve => {
+							const request = http.request({ host: "127.0.0.1", port, path: "/satellite", method: "POST", headers }, response => {
+								response.resume();
+								resolve(response.statusCode ?? 0);
+							});
+							request.on("error", () => resolve(0));
+							request.end(body);
+						}),
+					status => status !== 0,
+					"the README receiver to listen",
+				);
+			};
+			expect(await forward(delivered.body)).toBe(200);
+			expect(await forward(delivered.body.replace(order.order_id, "o-forged"))).toBe(400);
+			await waitUntil(() => run.output().stdout, stdout => stdout.includes(`order ${order.order_id} is fulfilled`), "the receiver's log line");
+		});
+	});
+});
+
+describe("SDK and 429", () => {
+	let stack: Stack;
+	let relay: http.Server;
+	let relayUrl: string;
+	let relayed = 0;
+	// Answers the next N requests with 429 and this Retry-After instead of passing them on.
+	let refuse: { count: number; retryAfter: string } = { count: 0, retryAfter: "1" };
+
+	beforeAll(async () => {
+		stack = await startStack({ services: ["api", "topics"], env: { RATE_LIMIT_PER_MINUTE: "3" } });
+		// A loopback proxy in front of the real gateway, like a rate-limiting edge proxy.
+		relay = http.createServer((req, res) => {
+			relayed++;
+			if (refuse.count > 0) {
+				refuse.count--;
+				res.writeHead(429, { "content-type": "application/problem+json", "retry-after": refuse.retryAfter });
+				res.end(JSON.stringify({ type: "urn:problem:rate-limited", title: "Too Many Requests", status: 429, detail: "slow down" }));
+				return;
+			}
+			const upstream = http.request(`${stack.baseUrl}${req.url}`, { method: req.method, headers: req.headers }, answer => {
+				res.writeHead(answer.statusCode ?? 502, answer.headers);
+				answer.pipe(res);
+			});
+			req.pipe(upstream);
+		});
+		await new Promise<void>(resolve => relay.listen(0, "127.0.0.1", resolve));
+		relayUrl = `http://127.0.0.1:${(relay.address() as { port: number }).port}`;
+	});
+	afterAll(async () => {
+		await new Promise(resolve => relay?.close(resolve));
+		await stack?.stop();
+	});
+
+	it("waits for Retry-After and repeats the request", async () => {
+		const client = new SatelliteWebhooksClient({ baseUrl: relayUrl, token: await stack.token("patient") });
+		refuse = { count: 1, retryAfter: "1" };
+		relayed = 0;
+		expect(await client.topics.list()).toHaveLength(1);
+		expect(relayed).toBe(2);
+	});
+
+	it("gives up after maxRetries, with a RateLimitError", async () => {
+		const client = new SatelliteWebhooksClient({ baseUrl: relayUrl, token: await stack.token("patient"), maxRetries: 2 });
+		refuse = { count: 5, retryAfter: "0" };
+		relayed = 0;
+		const error = await client.topics.list().catch(err => err);
+		expect(error).toBeInstanceOf(RateLimitError);
+		expect(error).toMatchObject({ status: 429, retryAfterSeconds: 0, detail: "slow down" });
+		expect(relayed).toBe(3);
+		refuse.count = 0;
+	});
+
+	it("does not wait longer than maxRetryDelayMs: the gateway's own 429 is thrown at once", async () => {
+		const client = new SatelliteWebhooksClient({ baseUrl: stack.baseUrl, token: await stack.token("hasty"), maxRetryDelayMs: 5_000 });
+		const errors: unknown[] = [];
+		for (let i = 0; i < 4; i++) errors.push(await client.topics.list().then(() => null, err => err));
+		const limited = errors.find(error => error instanceof RateLimitError) as RateLimitError;
+		expect(limited).toBeDefined();
+		expect(limited.retryAfterSeconds).toBeGreaterThan(5);
+		expect(limited).toMatchObject({ status: 429, title: "Too Many Requests" });
+	});
+});

@@ -1,0 +1,329 @@
+/// <reference lib="dom" />
+// The web application in a real browser (Debian's Chromium through playwright-core) against the
+// real gateway, real database and a real HTTPS receiver: sign in with a token, create a webhook
+// and see its secret once, test it (passing and failing), rotate, pause and resume deliveries,
+// read the delivery log and retry a failed delivery, rename and change events, turn email on and
+// off (and meet a 412), delete. Every page is checked with axe-core and photographed at desktop
+// and phone width into docs/screenshots/.
+import crypto from "node:crypto";
+import type { Browser, BrowserContext, Page } from "playwright-core";
+import { startDeliveryStack, verified, waitUntil, type DeliveryStack } from "./helpers/delivery-stack";
+import { chromiumAvailable, launchChromium, screenshotBothWidths, seriousViolations, VIEWPORTS } from "./helpers/browser";
+
+const describeWithBrowser = chromiumAvailable() ? describe : describe.skip;
+
+describeWithBrowser("web application in Chromium", () => {
+	let env: DeliveryStack;
+	let browser: Browser;
+	let context: BrowserContext;
+	let page: Page;
+	let token: string;
+	const customer = `acme-${crypto.randomBytes(3).toString("hex")}`;
+	const user = `alice-${customer}`;
+	const api = (method: string, path: string, body?: unknown, headers?: Record<string, string>) => env.stack.request(method, `/id/v3${path}`, { token, body, headers });
+	const receiverPath = (name: string) => `/hooks/web-${name}`;
+	let webhookId = "";
+	let secret = "";
+
+	const expectAccessible = async (what: string) => {
+		const violations = await seriousViolations(page);
+		if (violations.length) console.log(`axe on ${what}:`, JSON.stringify(violations, null, 2));
+		expect(violations).toEqual([]);
+	};
+	/** Readable on a phone: nothing wider than the screen, so no sideways scrolling. */
+	const expectNoSidewaysScroll = async () => {
+		await page.setViewportSize(VIEWPORTS.phone);
+		const overflow = await page.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);
+		await page.setViewportSize(VIEWPORTS.desktop);
+		expect(overflow).toBeLessThanOrEqual(0);
+	};
+
+	beforeAll(async () => {
+		// One retry one second after the first attempt, so a failing delivery is `failed` quickly.
+		env = await startDeliveryStack("sqlite", { env: { DELIVERY_RETRY_SCHEDULE: "1s", WEBHOOK_TEST_TIMEOUT: "3s" } });
+		token = await env.stack.token(user, { customer, email: "alice@example.com", name: "Alice" });
+		browser = await launchChromium();
+		context = await browser.newContext({ viewport: VIEWPORTS.desktop, locale: "en-GB", timezoneId: "UTC", reducedMotion: "reduce" });
+		await context.grantPermissions(["clipboard-read", "clipboard-write"], { origin: env.stack.baseUrl });
+		page = await context.newPage();
+		page.on("pageerror", error => console.error("page error:", error));
+	});
+	afterAll(async () => {
+		await browser?.close();
+		await env?.stop();
+	});
+
+	it("shows the sign-in screen with the command that mints a token, and signs in with one", async () => {
+		await page.goto(env.stack.baseUrl + "/");
+		await page.getByRole("heading", { name: "Sign in" }).waitFor();
+		expect(await page.locator("pre.command").textContent()).toMatch(/^npm run token -- --sub /);
+		await expectAccessible("sign-in");
+		await screenshotBothWidths(page, "sign-in");
+		await expectNoSidewaysScroll();
+
+		// Something that is not a token is refused before any request.
+		await page.getByLabel("Access token").fill("not a token");
+		await page.getByRole("button", { name: "Sign in" }).click();
+		await page.getByText("This is not a token").waitFor();
+		expect(await page.getByLabel("Access token").getAttribute("aria-invalid")).toBe("true");
+
+		await page.getByLabel("Access token").fill(token);
+		await page.getByRole("button", { name: "Sign in" }).click();
+		await page.getByRole("heading", { name: "Webhooks", level: 1 }).waitFor();
+		expect(new URL(page.url()).pathname).toBe("/webhooks");
+		// The empty state explains what a webhook is, next to the create form.
+		await page.getByRole("heading", { name: "No webhooks yet" }).waitFor();
+		expect(await page.locator(".empty").textContent()).toContain("sends an HTTPS request to a URL of yours");
+		await expectAccessible("webhooks, empty");
+		await screenshotBothWidths(page, "webhooks-empty");
+	});
+
+	it("keeps only the token, in session storage", async () => {
+		const storage = await page.evaluate(() => ({ session: Object.keys(sessionStorage), local: Object.keys(localStorage), cookies: document.cookie }));
+		expect(storage).toEqual({ session: ["satellite-webhooks.token"], local: [], cookies: "" });
+		expect(await page.evaluate(() => sessionStorage.getItem("satellite-webhooks.token"))).toBe(token);
+	});
+
+	it("puts each API error next to the field it names", async () => {
+		await page.getByLabel("Webhook Name").fill("Orders to ERP");
+		await page.getByLabel("URL").fill("http://127.0.0.1/plain-http");
+		await page.getByRole("button", { name: "Create webhook" }).click();
+		const urlError = page.locator("#create-url-error");
+		await urlError.waitFor();
+		expect(await urlError.textContent()).toMatch(/HTTP is not supported/);
+		expect(await page.getByLabel("URL").getAttribute("aria-invalid")).toBe("true");
+		expect(await page.getByLabel("URL").getAttribute("aria-describedby")).toContain("create-url-error");
+		// The problem's detail is announced at the top as well.
+		expect(await page.getByRole("alert").first().textContent()).toMatch(/Unprocessable Content/);
+		// No event type: the message lands under "Event Types".
+		await page.getByLabel("URL").fill(`${env.receiver.url}${receiverPath("erp")}`);
+		await page.getByRole("group", { name: "Event Types" }).getByRole("checkbox").first().uncheck();
+		await page.getByRole("button", { name: "Create webhook" }).click();
+		await page.locator("#create-events-error").waitFor();
+		expect(await page.locator("#create-events-error").textContent()).toMatch(/at least one event topic/);
+		expect(await api("GET", "/webhooks").then(response => response.body.webhooks)).toEqual([]);
+	});
+
+	it("creates a webhook from the form labelled Webhook Name, URL and Event Types, and shows the secret once", async () => {
+		await page.getByRole("group", { name: "Event Types" }).getByRole("checkbox", { name: "Tasking order status updates" }).check();
+		await page.getByRole("button", { name: "Create webhook" }).click();
+		const panel = page.locator(".secret-panel");
+		await panel.waitFor();
+		expect(await panel.textContent()).toContain("Copy this secret now. It cannot be shown again.");
+		secret = await page.getByLabel("Secret", { exact: true }).inputValue();
+		expect(secret).toMatch(/^whsec_[A-Za-z0-9+/=]+$/);
+		await page.getByRole("button", { name: "Copy secret" }).click();
+		await page.getByText("Copied to the clipboard.").waitFor();
+		expect(await page.evaluate(() => navigator.clipboard.readText())).toBe(secret);
+		await expectAccessible("secret shown after create");
+		await screenshotBothWidths(page, "webhook-created");
+
+		const [created] = (await api("GET", "/webhooks")).body.webhooks;
+		expect(created).toMatchObject({ name: "Orders to ERP", url: `${env.receiver.url}${receiverPath("erp")}`, events: ["tasking:order_status"], active: true });
+		webhookId = created.id;
+
+		await page.getByRole("button", { name: "I have stored the secret" }).click();
+		await page.reload();
+		await page.getByRole("link", { name: "Orders to ERP" }).waitFor();
+		expect(await page.content()).not.toContain(secret);
+		await expectAccessible("webhooks list");
+		await screenshotBothWidths(page, "webhooks");
+		await expectNoSidewaysScroll();
+	});
+
+	it("tests the webhook: success, then a failure showing the status code", async () => {
+		await page.getByRole("link", { name: "Orders to ERP" }).click();
+		await page.getByRole("heading", { name: "Orders to ERP", level: 1 }).waitFor();
+		await page.getByRole("button", { name: "Send test event" }).click();
+		await page.getByText("Test passed").waitFor();
+		const [testRequest] = env.receiver.requests.filter(request => request.path === receiverPath("erp"));
+		expect(verified(testRequest, secret)).toMatchObject({ type: "webhook:test" });
+
+		env.receiver.respondWith({ status: 503, body: "receiver internals" });
+		await page.getByRole("button", { name: "Send test event" }).click();
+		const failure = page.locator(".test-result");
+		await failure.getByText("Test failed").waitFor();
+		expect(await failure.textContent()).toMatch(/Test failed: 503 HTTP Status Error\. .*503/);
+		expect(await failure.textContent()).not.toContain("receiver internals");
+	});
+
+	it("rotates the secret after a confirmation, and shows the new one once", async () => {
+		await page.getByRole("button", { name: "Rotate secret" }).click();
+		const dialog = page.getByRole("dialog", { name: "Rotate the signing secret?" });
+		await dialog.waitFor();
+		await expectAccessible("rotate confirmation");
+		// Cancelling changes nothing.
+		await dialog.getByRole("button", { name: "Cancel" }).click();
+		await dialog.waitFor({ state: "hidden" });
+		await page.getByRole("button", { name: "Rotate secret" }).click();
+		await dialog.getByRole("button", { name: "Rotate secret" }).click();
+		await page.getByRole("heading", { name: /New signing secret/ }).waitFor();
+		const rotated = await page.getByLabel("Secret", { exact: true }).inputValue();
+		expect(rotated).toMatch(/^whsec_/);
+		expect(rotated).not.toBe(secret);
+		expect(await page.locator(".secret-panel").textContent()).toContain("It cannot be shown again.");
+		secret = rotated;
+		await page.getByRole("button", { name: "I have stored the secret" }).click();
+		await page.locator(".secret-panel").waitFor({ state: "detached" });
+	});
+
+	it("pauses deliveries with the status switch and resumes them", async () => {
+		const toggle = page.getByRole("switch", { name: "Deliveries to Orders to ERP" });
+		expect(await toggle.getAttribute("aria-checked")).toBe("true");
+		await toggle.click();
+		await page.waitForFunction(() => document.querySelector('[role="switch"]')?.getAttribute("aria-checked") === "false");
+		expect((await api("GET", `/webhooks/${webhookId}`)).body.active).toBe(false);
+
+		// While disabled, an event makes no delivery and nothing reaches the receiver.
+		const before = env.receiver.requests.length;
+		const paused = { event_id: crypto.randomUUID(), customer_id: customer, user_id: user, order_id: "o-paused", status: "fulfilled" };
+		expect(await env.stack.app.broker.call("dispatcher.publish", paused)).toMatchObject({ deliveries: 0 });
+		expect(await env.stack.db("deliveries").where({ event_id: paused.event_id })).toEqual([]);
+		expect(env.receiver.requests.length).toBe(before);
+
+		await toggle.click();
+		await page.waitForFunction(() => document.querySelector('[role="switch"]')?.getAttribute("aria-checked") === "true");
+		expect((await api("GET", `/webhooks/${webhookId}`)).body.active).toBe(true);
+		const resumed = { event_id: crypto.randomUUID(), customer_id: customer, user_id: user, order_id: "o-resumed", status: "fulfilled" };
+		expect(await env.stack.app.broker.call("dispatcher.publish", resumed)).toMatchObject({ deliveries: 1 });
+		const [arrived] = await env.receiver.waitFor(request => request.path === receiverPath("erp") && request.body.includes("o-resumed"));
+		expect(verified(arrived, secret)).toMatchObject({ type: "tasking:order_status", data: { order_id: "o-resumed" } });
+		expect(env.receiver.requests.some(request => request.body.includes("o-paused"))).toBe(false);
+	});
+
+	it("shows the delivery log with each attempt, and retries a failed delivery", async () => {
+		env.receiver.respondWith({ status: 500 }, { status: 500 });
+		const event = { event_id: crypto.randomUUID(), customer_id: customer, user_id: user, order_id: "o-failing", status: "failed" };
+		await env.stack.app.broker.call("dispatcher.publish", event);
+		await waitUntil(() => env.stack.db("deliveries").where({ event_id: event.event_id }).first(), row => row?.status === "failed", "the delivery to fail twice");
+
+		await page.getByRole("button", { name: "Refresh" }).click();
+		const failedRow = page.locator("li.delivery.status-failed");
+		await failedRow.waitFor();
+		await failedRow.getByRole("button", { name: "Attempts" }).click();
+		const attempts = failedRow.locator("table.attempts tbody tr");
+		await attempts.nth(1).waitFor();
+		expect(await attempts.count()).toBe(2);
+		const cells = await attempts.first().locator("td").allTextContents();
+		expect(cells[0]).toBe("1");
+		expect(cells[2]).toBe("500");
+		expect(cells[3]).toMatch(/^\d+ ms$/);
+		expect(cells[4]).toBe("HTTP status");
+		await page.locator("figure.chart").getByText("Failed: 1").waitFor({ timeout: 5_000 }).catch(async () => {
+			await page.getByRole("button", { name: "Refresh" }).click();
+			await page.locator("figure.chart").getByText("Failed: 1").waitFor();
+		});
+		await expectAccessible("webhook detail with delivery log");
+		await screenshotBothWidths(page, "webhook-detail");
+		await expectNoSidewaysScroll();
+
+		const count = env.receiver.requests.filter(request => request.body.includes("o-failing")).length;
+		await failedRow.getByRole("button", { name: /^Retry delivery/ }).click();
+		await env.receiver.waitFor(request => request.body.includes("o-failing") && env.receiver.requests.filter(r => r.body.includes("o-failing")).length > count);
+		await waitUntil(() => env.stack.db("deliveries").where({ event_id: event.event_id }).first(), row => row.status === "succeeded", "the retried delivery to succeed");
+		await page.getByRole("button", { name: "Refresh" }).click();
+		await page.locator("li.delivery.status-succeeded").filter({ hasText: "3 attempts" }).waitFor();
+	});
+
+	it("draws the 24-hour health chart from the stats endpoint", async () => {
+		const stats = (await api("GET", `/webhooks/${webhookId}/stats?window=24h`)).body;
+		const legend = await page.locator("figure.chart .legend").textContent();
+		expect(legend).toContain(`Succeeded: ${stats.totals.succeeded}`);
+		expect(await page.locator("figure.chart svg rect").count()).toBeGreaterThan(0);
+		expect(await page.locator("figure.chart svg").getAttribute("aria-label")).toMatch(/^Last 24 hours: \d+ succeeded/);
+	});
+
+	it("renames the webhook and changes its events; a taken name is reported next to Webhook Name", async () => {
+		await env.stack.app.broker.call("topics.register", { topic: "tasking:order_created", category: "tasking", name: "Tasking order created", description: "A new tasking order was placed", webhooks: true, email: false });
+		await api("POST", "/webhooks", { name: "Archive", url: `${env.receiver.url}${receiverPath("archive")}`, events: ["tasking:order_status"] });
+		await page.reload();
+		await page.getByRole("button", { name: "Edit name and events" }).click();
+		await page.getByLabel("Webhook Name").fill("Archive");
+		await page.getByRole("button", { name: "Save changes" }).click();
+		await page.locator("#edit-name-error").waitFor();
+		expect(await page.locator("#edit-name-error").textContent()).toMatch(/already has this name/);
+
+		await page.getByLabel("Webhook Name").fill("Orders to ERP (renamed)");
+		await page.getByRole("checkbox", { name: "Tasking order created" }).check();
+		await page.getByRole("button", { name: "Save changes" }).click();
+		await page.getByRole("heading", { name: "Orders to ERP (renamed)", level: 1 }).waitFor();
+		expect((await api("GET", `/webhooks/${webhookId}`)).body).toMatchObject({ name: "Orders to ERP (renamed)", events: ["tasking:order_status", "tasking:order_created"] });
+	});
+
+	it("deletes only after a confirmation, usable by keyboard", async () => {
+		await page.getByRole("button", { name: "Delete" }).focus();
+		await page.keyboard.press("Enter");
+		const dialog = page.getByRole("dialog", { name: /Delete/ });
+		await dialog.waitFor();
+		// Focus starts on Cancel; Escape closes without deleting.
+		expect(await page.evaluate(() => document.activeElement?.textContent)).toBe("Cancel");
+		await page.keyboard.press("Escape");
+		await dialog.waitFor({ state: "hidden" });
+		expect((await api("GET", `/webhooks/${webhookId}`)).status).toBe(200);
+
+		await page.getByRole("button", { name: "Delete" }).click();
+		await dialog.getByRole("button", { name: "Delete webhook" }).click();
+		await page.getByRole("heading", { name: "Webhooks", level: 1 }).waitFor();
+		expect(new URL(page.url()).pathname).toBe("/webhooks");
+		expect((await api("GET", `/webhooks/${webhookId}`)).status).toBe(404);
+		await page.getByRole("link", { name: "Archive" }).waitFor();
+		expect(await page.getByRole("link", { name: "Orders to ERP (renamed)" }).count()).toBe(0);
+	});
+
+	it("creates a webhook with the keyboard alone", async () => {
+		await page.getByRole("button", { name: "New webhook" }).focus();
+		await page.keyboard.press("Enter");
+		// Focus moves into the form, on Webhook Name.
+		await page.waitForFunction(() => document.activeElement?.id === "create-name");
+		await page.keyboard.type("Typed by keyboard");
+		await page.keyboard.press("Tab");
+		await page.keyboard.type(`${env.receiver.url}${receiverPath("keyboard")}`);
+		await page.keyboard.press("Tab");
+		// The first event type's checkbox; Space ticks it.
+		const firstTopic = await page.evaluate(() => (document.activeElement as HTMLInputElement).value);
+		expect(["tasking:order_status", "tasking:order_created"]).toContain(firstTopic);
+		await page.keyboard.press("Space");
+		await page.keyboard.press("Shift+Tab");
+		await page.keyboard.press("Enter");
+		await page.locator(".secret-panel").waitFor();
+		const names = (await api("GET", "/webhooks")).body.webhooks.map((webhook: { name: string; events: string[] }) => [webhook.name, webhook.events]);
+		expect(names).toContainEqual(["Typed by keyboard", [firstTopic]]);
+		await page.getByRole("button", { name: "I have stored the secret" }).press("Enter");
+	});
+
+	it("turns email on and off, as /user/details then shows, and explains a 412 in words", async () => {
+		await page.getByRole("link", { name: "Notifications" }).click();
+		await page.getByRole("heading", { name: "Notification settings" }).waitFor();
+		const emailSwitch = page.getByRole("switch", { name: "Email for Tasking order status updates" });
+		expect(await emailSwitch.getAttribute("aria-checked")).toBe("false");
+		await expectAccessible("notification settings");
+		await screenshotBothWidths(page, "notifications");
+		await expectNoSidewaysScroll();
+
+		const emailSetting = async () => (await api("GET", "/user/details")).body.user_metadata.notifications[0].settings.find((setting: { topic: string }) => setting.topic === "tasking:order_status").email;
+		await emailSwitch.click();
+		await page.waitForFunction(() => document.querySelector('[role="switch"]')?.getAttribute("aria-checked") === "true");
+		expect(await emailSetting()).toBe(true);
+		await emailSwitch.click();
+		await page.waitForFunction(() => document.querySelector('[role="switch"]')?.getAttribute("aria-checked") === "false");
+		expect(await emailSetting()).toBe(false);
+
+		// Changed elsewhere (another tab): the page's ETag is stale, the save is refused and explained.
+		await api("PUT", "/user/settings", { notifications: [{ category: "tasking", settings: [{ topic: "tasking:order_status", email: true }] }] });
+		await emailSwitch.click();
+		const alert = page.getByRole("alert").filter({ hasText: "Not saved" });
+		await alert.waitFor();
+		expect(await alert.textContent()).toMatch(/changed somewhere else .* nothing was saved/);
+		// The switch now shows the current state, and nothing was overwritten.
+		await page.waitForFunction(() => document.querySelector('[role="switch"]')?.getAttribute("aria-checked") === "true");
+		expect(await emailSetting()).toBe(true);
+	});
+
+	it("signs out when the token is refused, saying why", async () => {
+		await page.evaluate(() => sessionStorage.setItem("satellite-webhooks.token", "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJtYWxsb3J5In0.c2lnbmF0dXJl"));
+		await page.reload();
+		await page.getByRole("heading", { name: "Sign in" }).waitFor();
+		expect(await page.getByRole("alert").textContent()).toMatch(/You were signed out: Token signature is invalid/);
+		expect(await page.evaluate(() => Object.keys(sessionStorage))).toEqual([]);
+	});
+});

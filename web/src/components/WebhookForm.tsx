@@ -1,0 +1,153 @@
+// The webhook form: "Webhook Name", "URL" and "Event Types", as the specification names them.
+// Creating asks for all three; editing changes the name and the events (a URL is fixed).
+import { useEffect, useRef, useState } from "preact/hooks";
+import { ApiError, unplacedErrors } from "../api";
+import { FieldMessages, ProblemBanner } from "./common";
+import type { WebhookTopic } from "../types";
+
+export interface WebhookFormValues {
+	name: string;
+	url: string;
+	events: string[];
+}
+
+const FIELDS = ["name", "url", "events", "event_types"];
+
+/** What to show next to a field: the `errors` entries for its path, or a 409's detail when it names the field. */
+function messagesFor(error: ApiError | null, field: "name" | "url" | "events"): string[] {
+	if (!error) return [];
+	if (error.status === 409) {
+		const named = field === "name" ? /name/i.test(error.problem.detail) : field === "url" ? /URL/.test(error.problem.detail) : false;
+		return named ? [error.problem.detail] : [];
+	}
+	return field === "events" ? [...error.forField("events"), ...error.forField("event_types")] : error.forField(field);
+}
+
+export function WebhookForm(props: {
+	idPrefix: string;
+	topics: WebhookTopic[];
+	initial?: WebhookFormValues;
+	editing?: boolean;
+	submitLabel: string;
+	onSubmit: (values: WebhookFormValues) => Promise<void>;
+	onCancel?: () => void;
+	/** Move focus to Webhook Name when the form appears on request (not on page load). */
+	focusOnOpen?: boolean;
+}) {
+	const nameInput = useRef<HTMLInputElement>(null);
+	useEffect(() => {
+		if (props.focusOnOpen) nameInput.current?.focus();
+	}, []);
+	const [values, setValues] = useState<WebhookFormValues>(props.initial ?? { name: "", url: "", events: props.topics.length === 1 ? [props.topics[0].topic] : [] });
+	const [error, setError] = useState<ApiError | null>(null);
+	const [busy, setBusy] = useState(false);
+	const id = (field: string) => `${props.idPrefix}-${field}`;
+	const fieldMessages = (field: "name" | "url" | "events", from: ApiError | null = error) => messagesFor(from, field);
+	const submit = async (event: Event) => {
+		event.preventDefault();
+		setBusy(true);
+		setError(null);
+		try {
+			await props.onSubmit({ ...values, name: values.name.trim(), url: values.url.trim() });
+		} catch (err) {
+			if (!(err instanceof ApiError)) throw err;
+			setError(err);
+			// Move focus to the first field with a problem, so keyboard and screen-reader users land on it.
+			const first = (["name", "url", "events"] as const).find(field => fieldMessages(field, err).length > 0);
+			requestAnimationFrame(() => document.getElementById(first ? id(first === "events" ? "events-0" : first) : `${props.idPrefix}-problem`)?.focus());
+		} finally {
+			setBusy(false);
+		}
+	};
+
+	const toggleTopic = (topic: string, on: boolean) =>
+		setValues(current => ({ ...current, events: on ? [...current.events.filter(item => item !== topic), topic] : current.events.filter(item => item !== topic) }));
+
+	const invalid = (field: "name" | "url" | "events") => (fieldMessages(field).length > 0 ? true : undefined);
+	const describedBy = (field: string, hint?: string) => [hint, fieldMessages(field as "name").length ? id(`${field}-error`) : undefined].filter(Boolean).join(" ") || undefined;
+
+	return (
+		<form class="webhook-form" onSubmit={submit} noValidate>
+			<div id={`${props.idPrefix}-problem`} tabIndex={-1}>
+				<ProblemBanner error={error} extra={error ? unplacedErrors(error, FIELDS).map(item => `${item.path}: ${item.message}`) : []} />
+			</div>
+			<div class="field">
+				<label for={id("name")}>Webhook Name</label>
+				<input
+					ref={nameInput}
+					id={id("name")}
+					name="name"
+					type="text"
+					maxLength={100}
+					required
+					autoComplete="off"
+					value={values.name}
+					aria-invalid={invalid("name")}
+					aria-describedby={describedBy("name")}
+					onInput={event => setValues({ ...values, name: (event.target as HTMLInputElement).value })}
+				/>
+				<FieldMessages id={id("name-error")} messages={fieldMessages("name")} />
+			</div>
+			{props.editing ? (
+				<div class="field">
+					<span class="label-like">URL</span>
+					<p class="mono break">{values.url}</p>
+					<p class="hint">A webhook's URL cannot be changed: create a new webhook for a new URL.</p>
+				</div>
+			) : (
+				<div class="field">
+					<label for={id("url")}>URL</label>
+					<input
+						id={id("url")}
+						name="url"
+						type="url"
+						inputMode="url"
+						maxLength={2048}
+						required
+						autoComplete="off"
+						placeholder="https://example.com/webhooks/satellite"
+						value={values.url}
+						aria-invalid={invalid("url")}
+						aria-describedby={describedBy("url", id("url-hint"))}
+						onInput={event => setValues({ ...values, url: (event.target as HTMLInputElement).value })}
+					/>
+					<p class="hint" id={id("url-hint")}>
+						An https:// address on the public internet. It cannot be changed later.
+					</p>
+					<FieldMessages id={id("url-error")} messages={fieldMessages("url")} />
+				</div>
+			)}
+			<fieldset class="field" aria-describedby={fieldMessages("events").length ? id("events-error") : undefined}>
+				<legend>Event Types</legend>
+				{props.topics.map((topic, index) => (
+					<div class="checkbox" key={topic.topic}>
+						<input
+							type="checkbox"
+							id={id(`events-${index}`)}
+							name="events"
+							value={topic.topic}
+							checked={values.events.includes(topic.topic)}
+							aria-describedby={id(`events-${index}-description`)}
+							onChange={event => toggleTopic(topic.topic, (event.target as HTMLInputElement).checked)}
+						/>
+						<label for={id(`events-${index}`)}>{topic.name}</label>
+						<p class="hint" id={id(`events-${index}-description`)}>
+							{topic.description} (<code>{topic.topic}</code>)
+						</p>
+					</div>
+				))}
+				<FieldMessages id={id("events-error")} messages={fieldMessages("events")} />
+			</fieldset>
+			<div class="actions">
+				{props.onCancel && (
+					<button type="button" onClick={props.onCancel}>
+						Cancel
+					</button>
+				)}
+				<button type="submit" class="primary" disabled={busy}>
+					{busy ? "Saving…" : props.submitLabel}
+				</button>
+			</div>
+		</form>
+	);
+}
