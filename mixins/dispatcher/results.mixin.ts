@@ -1,7 +1,7 @@
 // Dispatcher results: what an attempt's outcome means for its delivery (succeeded, retry at the
 // next time of the persisted schedule, or failed) and how it is written back. The worker's slot
 // is freed at once; the write joins a micro-batch (`this.results`) that updates the deliveries
-// and inserts their attempts in one transaction. Each update is guarded by the delivery's
+// and inserts their attempts in one transaction (SQLite) or one statement (PostgreSQL). Each update is guarded by the delivery's
 // lease_id, so a worker whose lease was lost (taken over, cancelled, retried by hand) writes
 // nothing.
 import type { Knex } from "knex";
@@ -90,8 +90,11 @@ export const ResultsMixin: DispatcherMixin = {
 		 */
 		async writeUpdates(this: DispatcherThis, updates: DeliveryUpdate[]): Promise<boolean[]> {
 			const now = nowIso();
-			if (isPostgres(this.db) && updates.length * RESULT_COLUMNS <= MAX_BINDINGS_PER_STATEMENT) {
-				const matched = await this.writeUpdatesAtOnce(updates, now);
+			if (isPostgres(this.db)) {
+				const matched = new Set<string>();
+				for (const batch of chunks(updates, Math.floor(MAX_BINDINGS_PER_STATEMENT / RESULT_COLUMNS))) {
+					for (const id of await this.writeUpdatesAtOnce(batch, now)) matched.add(id);
+				}
 				return updates.map(update => matched.has(update.delivery.id));
 			}
 			let matched = new Set<string>();
@@ -117,8 +120,8 @@ export const ResultsMixin: DispatcherMixin = {
 		},
 
 		/**
-		 * Writes each update where the delivery's lease still matches, and returns the ids that
-		 * matched. A delivery whose lease was lost (cancelled, taken over) is left alone.
+		 * SQLite: writes each update where the delivery's lease still matches, and returns the ids
+		 * that matched. A delivery whose lease was lost (cancelled, taken over) is left alone.
 		 */
 		async updateLeased(this: DispatcherThis, trx: Knex.Transaction, updates: DeliveryUpdate[], now: string): Promise<Set<string>> {
 			const matched = new Set<string>();
@@ -154,44 +157,7 @@ export const ResultsMixin: DispatcherMixin = {
 				}
 				return matched;
 			}
-			// One statement for the whole batch: a VALUES list joined to the rows it updates.
-			for (const batch of chunks(updates, ROWS_PER_STATEMENT)) {
-				const values = batch.map(() => "(?, ?, ?, CAST(? AS integer), ?, CAST(? AS integer), CAST(? AS integer), CAST(? AS integer), ?, CAST(? AS integer), ?)").join(", ");
-				const bindings = batch.flatMap(change => [
-					change.delivery.id,
-					change.delivery.leaseId,
-					change.status,
-					change.attemptCount,
-					change.nextAttemptAt,
-					change.parked ? 1 : 0,
-					change.manualRetry ? 1 : 0,
-					change.outcome ? 1 : 0,
-					change.outcome?.attemptedAt ?? null,
-					change.outcome?.statusCode ?? null,
-					change.outcome?.errorKind ?? null,
-				]);
-				const result = await trx.raw(
-					`WITH v(id, lease_id, status, attempt_count, next_attempt_at, parked, manual_retry, attempted, attempted_at, status_code, error_kind) AS (VALUES ${values})
-					UPDATE deliveries SET
-						status = v.status,
-						attempt_count = v.attempt_count,
-						next_attempt_at = v.next_attempt_at,
-						parked = (v.parked = 1),
-						manual_retry = (v.manual_retry = 1),
-						lease_id = NULL,
-						first_attempt_at = COALESCE(deliveries.first_attempt_at, v.attempted_at),
-						last_attempt_at = CASE WHEN v.attempted = 1 THEN v.attempted_at ELSE deliveries.last_attempt_at END,
-						last_status_code = CASE WHEN v.attempted = 1 THEN v.status_code ELSE deliveries.last_status_code END,
-						last_error_kind = CASE WHEN v.attempted = 1 THEN v.error_kind ELSE deliveries.last_error_kind END,
-						updated_at = ?
-					FROM v
-					WHERE deliveries.id = v.id AND deliveries.lease_id = v.lease_id
-					RETURNING deliveries.id`,
-					[...bindings, now],
-				);
-				for (const row of rowsOf<{ id: string }>(result)) matched.add(row.id);
-			}
-			return matched;
+			throw new Error("updateLeased is for SQLite; PostgreSQL writes results with writeUpdatesAtOnce");
 		},
 
 		async insertAttempts(this: DispatcherThis, trx: Knex.Transaction, rows: AttemptRow[]): Promise<void> {
