@@ -75,6 +75,7 @@ const DispatcherService: ServiceSchema<ServiceSettingSchema, DispatcherThis> = {
 		this.resolving = new Set();
 		this.claimRun = null;
 		this.backlog = true;
+		this.waitingWebhooks = new Set();
 		this.pollTimer = null;
 		this.polls = 0;
 		this.intake = new MicroBatcher(items => this.persistEvents(items), MAX_INTAKE_BATCH);

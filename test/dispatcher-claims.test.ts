@@ -52,11 +52,11 @@ describe.each(testDatabases())("claims on %s", database => {
 		await seedDue(stack.db, PILED, 30, 60_000);
 		await seedDue(stack.db, HEALTHY, 2, 1_000);
 
-		const { leased, webhookFilled } = await dispatcher.claimBatch(16);
+		const { leased, filledWebhooks } = await dispatcher.claimBatch(16);
 		const leasedOf = (webhookId: string) => leased.filter(delivery => delivery.webhookId === webhookId).length;
 		expect(leasedOf(PILED)).toBe(4);
 		expect(leasedOf(HEALTHY)).toBe(2);
-		expect(webhookFilled).toBe(true);
+		expect(filledWebhooks).toEqual([PILED]);
 		const leasedRows = await stack.db("deliveries").whereNotNull("lease_id").select("id", "webhook_id");
 		expect(leasedRows.map(row => row.id).sort()).toEqual(leased.map(delivery => delivery.id).sort());
 
@@ -65,7 +65,7 @@ describe.each(testDatabases())("claims on %s", database => {
 		try {
 			const next = await dispatcher.claimBatch(16);
 			expect(next.leased.map(delivery => delivery.webhookId)).toEqual([PILED]);
-			expect(next.webhookFilled).toBe(true);
+			expect(next.filledWebhooks).toEqual([PILED]);
 			// At its share, a webhook is left out altogether.
 			dispatcher.heldByWebhook.set(PILED, 4);
 			expect((await dispatcher.claimBatch(16)).leased).toEqual([]);

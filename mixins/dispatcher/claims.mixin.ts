@@ -45,15 +45,17 @@ export const ClaimsMixin: DispatcherMixin = {
 						return;
 					}
 					const limit = Math.min(room, MAX_CLAIM_BATCH);
-					const { leased, webhookFilled } = await this.claimBatch(limit);
+					const { leased, filledWebhooks } = await this.claimBatch(limit);
+					for (const webhookId of filledWebhooks) this.waitingWebhooks.add(webhookId);
 					for (const delivery of leased) {
 						this.held += 1;
 						this.heldByWebhook.set(delivery.webhookId, (this.heldByWebhook.get(delivery.webhookId) ?? 0) + 1);
 						this.enqueue(delivery);
 					}
 					this.pump();
-					// Fewer than asked, and no webhook stopped at its share: nothing else is due.
-					if (leased.length === 0 || (leased.length < limit && !webhookFilled)) {
+					// Fewer than asked, and no webhook stopped at its share: nothing else is due (for
+					// now: the webhooks at their share are claimed for again as they free up).
+					if (leased.length === 0 || (leased.length < limit && filledWebhooks.length === 0)) {
 						this.backlog = false;
 						return;
 					}
@@ -107,11 +109,11 @@ export const ClaimsMixin: DispatcherMixin = {
 				[new Date(now).toISOString(), ...saturated, limit * CLAIM_LOOK_AHEAD, ...partly.flat(), share, limit, leaseId, new Date(leaseExpiresAt).toISOString()],
 			);
 			const rows = rowsOf<Pick<DeliveryRow, "id" | "event_id" | "webhook_id" | "attempt_count" | "first_attempt_at" | "manual_retry">>(result);
-			if (rows.length === 0) return { leased: [], webhookFilled: false };
+			if (rows.length === 0) return { leased: [], filledWebhooks: [] };
 			const leasedOf = new Map<string, number>();
 			for (const row of rows) leasedOf.set(row.webhook_id, (leasedOf.get(row.webhook_id) ?? 0) + 1);
 			const roomBefore = new Map(partly);
-			const webhookFilled = [...leasedOf].some(([webhookId, count]) => count >= (roomBefore.get(webhookId) ?? share));
+			const filledWebhooks = [...leasedOf].filter(([webhookId, count]) => count >= (roomBefore.get(webhookId) ?? share)).map(([webhookId]) => webhookId);
 			const bodies = new Map<string, string>();
 			for (const eventIds of chunks([...new Set(rows.map(row => row.event_id))], 500)) {
 				const messages: Array<Pick<MessageRow, "event_id" | "body">> = await this.db("delivery_messages").whereIn("event_id", eventIds).select("event_id", "body");
@@ -127,7 +129,7 @@ export const ClaimsMixin: DispatcherMixin = {
 				firstAttemptAt: row.first_attempt_at,
 				manualRetry: isTrue(row.manual_retry),
 			}));
-			return { leased, webhookFilled };
+			return { leased, filledWebhooks };
 		},
 
 		claimSoon(this: DispatcherThis): void {

@@ -186,14 +186,14 @@ export const IntakeMixin: DispatcherMixin = {
 			// of an event that turns out to be a repeat are dropped again after it.
 			const messages: MessageRow[] = [];
 			const deliveryRows: NewDeliveryRow[] = [];
-			const planned: Array<{ eventId: string; delivery?: LeasedDelivery }> = [];
+			const planned: Array<{ eventId: string; webhookId: string; delivery?: LeasedDelivery }> = [];
 			for (const item of firstOfEvent.values()) {
 				messages.push({ event_id: item.eventId, customer_id: item.customerId, user_id: item.userId, type: item.type, body: item.body, occurred_at: item.occurredAt, created_at: now });
 				for (const subscriber of subscribersOf.get(item.customerId) ?? []) {
 					const id = timeOrderedUuid();
 					const lease = !this.stopping && this.takeLease(subscriber.id);
 					const delivery = lease ? { id, webhookId: subscriber.id, body: item.body, leaseId, leaseExpiresAt, attemptCount: 0, firstAttemptAt: null, manualRetry: false } : undefined;
-					planned.push({ eventId: item.eventId, delivery });
+					planned.push({ eventId: item.eventId, webhookId: subscriber.id, delivery });
 					deliveryRows.push({
 						id,
 						event_id: item.eventId,
@@ -217,22 +217,26 @@ export const IntakeMixin: DispatcherMixin = {
 			const deliveriesOf = new Map<string, number>();
 			for (const eventId of inserted) deliveriesOf.set(eventId, 0);
 			const leased: LeasedDelivery[] = [];
-			let unleased = 0;
-			for (const { eventId, delivery } of planned) {
+			// Rows left unleased wait for a claim. One is worth running now only for a webhook
+			// below its share (this instance was full); a webhook at its share is claimed for once
+			// half of it is free (see releaseHold).
+			let claimNow = false;
+			for (const { eventId, webhookId, delivery } of planned) {
 				if (!inserted.has(eventId)) {
 					if (delivery) this.releaseHold(delivery.webhookId);
 					continue;
 				}
 				deliveriesOf.set(eventId, deliveriesOf.get(eventId)! + 1);
 				if (delivery) leased.push(delivery);
-				else unleased += 1;
+				else if (this.hasShareLeft(webhookId)) claimNow = true;
+				else this.waitingWebhooks.add(webhookId);
 			}
 
 			for (const subscribers of subscriberLists) {
 				for (const subscriber of subscribers) this.cacheTarget(subscriber.id, { id: subscriber.id, url: subscriber.url, active: true, secrets: subscriber.secrets });
 			}
 			for (const delivery of leased) this.enqueue(delivery);
-			if (unleased > 0) {
+			if (claimNow) {
 				this.backlog = true;
 				this.claimSoon();
 			}

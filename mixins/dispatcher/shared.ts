@@ -101,10 +101,10 @@ export interface LeasedDelivery {
 	manualRetry: boolean;
 }
 
-/** What one claim leased; `webhookFilled` when some webhook reached its share of leases (more of its rows may be due). */
+/** What one claim leased, and the webhooks it left at their share of leases (more of their rows may be due). */
 export interface ClaimedBatch {
 	leased: LeasedDelivery[];
-	webhookFilled: boolean;
+	filledWebhooks: string[];
 }
 
 /** What a leased delivery becomes: written back with the lease as the guard. */
@@ -156,6 +156,11 @@ export type DispatcherThis = DbServiceThis & {
 	claimRun: Promise<void> | null;
 	/** Due rows may be waiting that the last claim did not take (capacity ran out). */
 	backlog: boolean;
+	/**
+	 * Webhooks at their share of leases that have rows waiting: claimed for again once half of
+	 * their share is free, not on every change elsewhere (each claim must skip their due rows).
+	 */
+	waitingWebhooks: Set<string>;
 	pollTimer: NodeJS.Timeout | null;
 	polls: number;
 	metrics: {
@@ -176,6 +181,7 @@ export type DispatcherThis = DbServiceThis & {
 	insertDeliveries(trx: Knex.Transaction, rows: NewDeliveryRow[]): Promise<void>;
 	// worker.mixin.ts
 	takeLease(webhookId: string): boolean;
+	hasShareLeft(webhookId: string): boolean;
 	releaseHold(webhookId: string): void;
 	enqueue(delivery: LeasedDelivery): void;
 	pump(): void;

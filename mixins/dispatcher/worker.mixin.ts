@@ -38,6 +38,7 @@ export const WorkerMixin: DispatcherMixin = {
 				if (typeof id !== "string") return;
 				this.cacheTarget(id, null);
 				this.failingWebhooks.delete(id);
+				this.waitingWebhooks.delete(id);
 				const cancelled = await this.cancelPending(id).catch(err => {
 					this.logger.error(`Could not cancel deliveries of removed webhook ${id}`, err);
 					return 0;
@@ -66,11 +67,21 @@ export const WorkerMixin: DispatcherMixin = {
 			return true;
 		},
 
+		/** Whether the webhook holds less than its share of this instance's leases. */
+		hasShareLeft(this: DispatcherThis, webhookId: string): boolean {
+			return (this.heldByWebhook.get(webhookId) ?? 0) < this.config.DELIVERY_WEBHOOK_CONCURRENCY * LEASE_BUFFER_FACTOR;
+		},
+
 		releaseHold(this: DispatcherThis, webhookId: string): void {
 			this.held -= 1;
 			const left = (this.heldByWebhook.get(webhookId) ?? 1) - 1;
 			if (left > 0) this.heldByWebhook.set(webhookId, left);
 			else this.heldByWebhook.delete(webhookId);
+			// Half its share free: worth a claim for the rows it left waiting.
+			if (this.waitingWebhooks.has(webhookId) && left <= (this.config.DELIVERY_WEBHOOK_CONCURRENCY * LEASE_BUFFER_FACTOR) / 2) {
+				this.waitingWebhooks.delete(webhookId);
+				this.backlog = true;
+			}
 		},
 
 		enqueue(this: DispatcherThis, delivery: LeasedDelivery): void {
