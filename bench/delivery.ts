@@ -215,14 +215,20 @@ async function deploy(options: DeployOptions): Promise<Deployment> {
 	const producer = producerBroker(namespace);
 	await producer.start();
 	const nodes: Array<ChildServer<unknown>> = [];
-	let dispatchers: Array<ChildServer<unknown>>;
-	if (options.cluster) {
-		nodes.push(await start("gateway", "topics,webhooks,users"));
-		dispatchers = await Promise.all([start("dispatcher-1", "dispatcher"), start("dispatcher-2", "dispatcher")]);
+	const dispatchers: Array<ChildServer<unknown>> = [];
+	try {
+		if (options.cluster) {
+			nodes.push(await start("gateway", "topics,webhooks,users"));
+			// One after the other: two processes migrating a fresh schema at once can collide.
+			for (const name of ["dispatcher-1", "dispatcher-2"]) dispatchers.push(await start(name, "dispatcher"));
+		} else {
+			dispatchers.push(await start("all", "topics,webhooks,users,dispatcher"));
+		}
 		nodes.push(...dispatchers);
-	} else {
-		dispatchers = [await start("all", "topics,webhooks,users,dispatcher")];
-		nodes.push(...dispatchers);
+	} catch (err) {
+		await Promise.all([...nodes, ...dispatchers].map(node => node.stop()));
+		await producer.stop();
+		throw err;
 	}
 	await producer.waitForServices(["webhooks", "dispatcher"], 60_000);
 	const create = (url: string, i: number) =>
