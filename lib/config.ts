@@ -154,6 +154,10 @@ export const EnvSchema = z.object({
 	DELIVERY_POLL_INTERVAL: duration("1s"),
 	DELIVERY_LEASE: duration("60s"),
 	SECRET_ROTATION_GRACE: duration("24h"),
+
+	// Endpoint lifecycle (issue 11): auto-disable of dead endpoints and pruning of old data.
+	WEBHOOK_DISABLE_AFTER: duration("5d"),
+	RETENTION_PERIOD: duration("30d"),
 });
 
 export type Env = z.input<typeof EnvSchema>;

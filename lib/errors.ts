@@ -115,12 +115,30 @@ function problem(status: number, detail: string, slug?: string, errors?: FieldPr
 }
 
 /**
+ * Whether a dependency failure happened after the request reached the dependency: a database
+ * connection lost mid-query, or a call that timed out, may have been carried out (a COMMIT whose
+ * answer never came back). A refused connection or an unreachable service means it was not.
+ */
+export function outcomeUnknown(err: unknown): boolean {
+	if (!err || typeof err !== "object") return false;
+	const candidate = err as { name?: string; code?: unknown; message?: string; syscall?: string };
+	if (candidate.name === "RequestTimeoutError") return true;
+	if (candidate.syscall === "connect" || /^connect /.test(candidate.message ?? "")) return false;
+	if (candidate.code === "ECONNRESET" || candidate.code === "ETIMEDOUT" || candidate.code === "57P01") return true;
+	return /Connection terminated|read ECONNRESET/i.test(candidate.message ?? "");
+}
+
+/**
  * Maps any error to a problem. Client errors keep their message; everything else becomes a
  * generic 500 or 503 so that no stack trace, SQL or host name reaches a client.
  */
 export function toProblem(err: unknown): Problem {
 	if (isDependencyFailure(err)) {
-		return problem(503, "A dependency of this service is unavailable. Nothing was changed; try again shortly.");
+		// Never claim "nothing was changed" when the change may have been committed: a client
+		// that trusts it and repeats a create gets a conflict with a webhook it never saw.
+		return outcomeUnknown(err)
+			? problem(503, "A dependency of this service became unavailable during the request. A change may or may not have been applied: check before repeating it.")
+			: problem(503, "A dependency of this service is unavailable. Nothing was changed; try again shortly.");
 	}
 	const candidate = (err ?? {}) as { code?: unknown; type?: unknown; message?: string; data?: unknown; name?: string };
 	const status = typeof candidate.code === "number" ? candidate.code : 500;

@@ -8,7 +8,8 @@ const SAFE_REQUEST_ID = /^[A-Za-z0-9._-]{1,64}$/;
 
 /** An incoming X-Request-Id is kept only if short and plain; otherwise a fresh one is made. */
 export function requestIdFrom(incoming: string | string[] | undefined): string {
-	return typeof incoming === "string" && SAFE_REQUEST_ID.test(incoming) ? incoming : crypto.randomUUID();
+	const candidate = Array.isArray(incoming) ? incoming[0] : incoming;
+	return typeof candidate === "string" && SAFE_REQUEST_ID.test(candidate) ? candidate : crypto.randomUUID();
 }
 
 /** Headers a browser may send to /id/v3 from an allowed origin, and those it may read back. */

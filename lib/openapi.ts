@@ -8,8 +8,8 @@
 import { z } from "zod";
 import { PageContext, PageLink, QUERY_INTEGERS } from "./schemas/common";
 import { WebhookTopic } from "./schemas/topics";
-import { CreateWebhook, ListWebhooks, UpdateWebhook, WebhookIdParams, WebhookPage, WebhookView, WebhookWithSecret } from "./schemas/webhooks";
-import { Delivery, DeliveryParams, DeliveryWithAttempts, ListDeliveriesParams, TestWebhookParams } from "./schemas/deliveries";
+import { CreateWebhook, ListWebhooks, UpdateWebhook, WebhookDisabledMessage, WebhookIdParams, WebhookPage, WebhookView, WebhookWithSecret } from "./schemas/webhooks";
+import { Delivery, DeliveryParams, DeliveryWithAttempts, ListDeliveriesParams, MAX_RECOVER_BATCH, RecoverParams, RecoverResult, TestWebhookParams } from "./schemas/deliveries";
 import { WebhookStats, WebhookStatsParams } from "./schemas/delivery-stats";
 import { DetailsParams, NotificationsUpdate, UserDetails } from "./schemas/users";
 import { MAX_UNSUBSCRIBE_TOKEN_LENGTH } from "./unsubscribe-token";
@@ -65,7 +65,9 @@ const COMPONENTS: Record<string, z.ZodType> = {
 	DeliveryPage,
 	DeliveryWithAttempts,
 	WebhookStats,
+	RecoverResult,
 	UserDetails,
+	WebhookDisabledMessage,
 };
 
 type ErrorStatus = 400 | 401 | 404 | 409 | 412 | 413 | 415 | 422 | 429 | 503;
@@ -108,6 +110,7 @@ export const OPERATIONS: Operation[] = [
 		action: "topics.webhookTopics",
 		tag: "Webhooks",
 		summary: "List the event topics a webhook can subscribe to",
+		description: "Besides the business topics, the operational topic `webhook:disabled` tells a customer that one of their webhooks was disabled (see `webhooks` in this document).",
 		success: { status: 200, description: "The topics", schema: { arrayOf: "EventTopic" } },
 		errors: COMMON,
 	},
@@ -220,6 +223,17 @@ export const OPERATIONS: Operation[] = [
 		errors: WITH_ID,
 	},
 	{
+		method: "post",
+		path: `${API_BASE}/webhooks/{id}/recover`,
+		action: "dispatcher.recover",
+		tag: "Deliveries",
+		summary: "Give every failed delivery of a time window a fresh attempt now",
+		description: `For recovering after an outage: each failed delivery created in [since, until) gets one attempt now. At most ${MAX_RECOVER_BATCH} per call; \`remaining\` counts the rest. Repeating the call while those attempts are pending schedules nothing twice.`,
+		params: RecoverParams,
+		success: { status: 202, description: "How many deliveries were scheduled, and how many are left", schema: "RecoverResult" },
+		errors: [...WITH_ID, ...WITH_BODY],
+	},
+	{
 		method: "get",
 		path: `${API_BASE}/webhooks/{id}/stats`,
 		action: "dispatcher.webhookStats",
@@ -291,7 +305,7 @@ const ERROR_DESCRIPTIONS: Record<ErrorStatus, string> = {
 	415: "The body was not sent as application/json",
 	422: "The body or parameters failed validation: `errors` says what and where",
 	429: "Rate limit hit (per principal, or per client address before authentication): wait for Retry-After seconds",
-	503: "A dependency (database, broker) is down; nothing was changed",
+	503: "A dependency (database, broker) is down; nothing is half-written, and the detail says whether a change may have been applied",
 };
 
 function withoutMetaKeys(schema: JsonSchema): JsonSchema {
@@ -461,6 +475,18 @@ export function buildOpenApiDocument(options: OpenApiOptions): JsonSchema {
 			{ name: "Email", description: "Links in notification emails (no bearer token: the link's signed token)" },
 		],
 		paths,
+		// What this service sends to customers' URLs (OpenAPI 3.1 webhooks), for the operational topic.
+		webhooks: {
+			"webhook:disabled": {
+				post: {
+					summary: "One of the customer's webhooks was disabled (reason user, gone or failing)",
+					description: "Sent to each active webhook of the customer subscribed to `webhook:disabled`, signed and retried like every delivery (Standard Webhooks headers).",
+					requestBody: { required: true, content: { "application/json": { schema: { $ref: SCHEMA_REF("WebhookDisabledMessage") } } } },
+					responses: { "200": { description: "Delivered; any other answer is a failed attempt and is retried" } },
+					security: [],
+				},
+			},
+		},
 		components: {
 			securitySchemes: { bearerAuth: { type: "http", scheme: "bearer", bearerFormat: "JWT" } },
 			schemas: componentSchemas(),

@@ -56,10 +56,13 @@ export async function checkHealth(broker: ServiceBroker): Promise<HealthReport> 
 		checks.transporter = { ok: Boolean(broker.transit.connected && !broker.transit.disconnecting) && (await transporterAnswers(broker)) };
 		if (!checks.transporter.ok) checks.transporter.detail = "not connected to the transporter";
 	}
-	const channelConnection = (broker as unknown as { channelAdapter?: { connection?: Partial<NatsClient> | null } }).channelAdapter?.connection;
-	if (channelConnection && typeof channelConnection.isClosed === "function") {
-		checks.intake = { ok: !channelConnection.isClosed() };
-		if (!checks.intake.ok) checks.intake.detail = "the JetStream intake connection is closed";
+	// Cluster nodes have the channel adapter; it connects only after the services have started.
+	const adapter = (broker as unknown as { channelAdapter?: { connected?: boolean; connection?: Partial<NatsClient> | null } }).channelAdapter;
+	if (adapter) {
+		const connection = adapter.connection;
+		const closed = Boolean(connection && typeof connection.isClosed === "function" && connection.isClosed());
+		checks.intake = { ok: Boolean(adapter.connected) && !closed };
+		if (!checks.intake.ok) checks.intake.detail = closed ? "the JetStream intake connection is closed" : "not yet connected to the JetStream intake";
 	}
 	const local = broker.services as unknown as ServiceWithDb[];
 	const withDb = local.find(service => service.db);

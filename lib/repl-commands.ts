@@ -154,9 +154,11 @@ export function replCommands(): ReplCommand[] {
 						() => undefined,
 					);
 					const lastDelivery = latest ? `${latest.status}${latest.last_status_code ? ` (${latest.last_status_code})` : latest.last_error_kind ? ` (${latest.last_error_kind})` : ""}` : "none";
-					rows.push([webhook.id, webhook.name, webhook.url, webhook.events, webhook.active ? "yes" : "no", lastDelivery, latest?.last_attempt_at]);
+					// Why and since when (`user`, `gone` for a 410, `failing` after WEBHOOK_DISABLE_AFTER).
+					const disabled = webhook.active || !webhook.disabled_reason ? "" : `${webhook.disabled_reason} since ${webhook.disabled_at}`;
+					rows.push([webhook.id, webhook.name, webhook.url, webhook.events, webhook.active ? "yes" : "no", disabled, lastDelivery, latest?.last_attempt_at]);
 				}
-				printTable(helpers, ["id", "name", "url", "events", "active", "latest delivery", "last attempt"], rows, `No webhooks for customer ${customerId}.`);
+				printTable(helpers, ["id", "name", "url", "events", "active", "disabled", "latest delivery", "last attempt"], rows, `No webhooks for customer ${customerId}.`);
 			},
 		}),
 		command({

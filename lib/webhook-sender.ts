@@ -14,6 +14,7 @@ import type { Readable } from "node:stream";
 import { Agent, buildConnector, request } from "undici";
 import { isBlockedAddress, isIpLiteral, parseAllowList, type AllowList } from "./address-ranges";
 import { signMessage, unixSeconds } from "./signing";
+import { RETRY_AFTER_STATUSES, parseRetryAfter } from "./retry-after";
 import { version } from "../package.json";
 
 export type DeliveryErrorKind = "http_status" | "timeout" | "unreachable" | "blocked";
@@ -23,6 +24,8 @@ export interface DeliveryRequest {
 	messageId: string;
 	body: string;
 	secrets: string[];
+	/** The webhook's custom headers (validated by lib/webhook-headers.ts); ours win on a clash. */
+	headers?: Record<string, string>;
 	timeoutMs: number;
 }
 
@@ -35,6 +38,8 @@ export interface DeliveryOutcome {
 	durationMs: number;
 	responseExcerpt: string | null; // at most 4 KiB of the response body, for the DB only
 	attemptedAt: string; // ISO
+	/** When a 429/502/503/504 answer's Retry-After asks to be retried (ISO), else null. */
+	retryAfter: string | null;
 }
 
 export interface WebhookSenderOptions {
@@ -205,7 +210,7 @@ export class WebhookSender {
 	async send(delivery: DeliveryRequest): Promise<DeliveryOutcome> {
 		const attemptedAt = new Date();
 		const started = performance.now();
-		const finish = (fields: Pick<DeliveryOutcome, "statusCode" | "errorKind" | "detail"> & { responseExcerpt?: string | null }): DeliveryOutcome => ({
+		const finish = (fields: Pick<DeliveryOutcome, "statusCode" | "errorKind" | "detail"> & { responseExcerpt?: string | null; retryAfter?: Date | null }): DeliveryOutcome => ({
 			success: fields.statusCode === 200,
 			statusCode: fields.statusCode,
 			errorKind: fields.errorKind,
@@ -214,6 +219,7 @@ export class WebhookSender {
 			durationMs: Math.round(performance.now() - started),
 			responseExcerpt: fields.responseExcerpt ?? null,
 			attemptedAt: attemptedAt.toISOString(),
+			retryAfter: fields.retryAfter?.toISOString() ?? null,
 		});
 
 		const refusal = this.refuseUrl(delivery.url);
@@ -231,6 +237,7 @@ export class WebhookSender {
 				headersTimeout: delivery.timeoutMs,
 				bodyTimeout: delivery.timeoutMs,
 				headers: {
+					...delivery.headers,
 					"content-type": "application/json",
 					"user-agent": this.userAgent,
 					"webhook-id": delivery.messageId,
@@ -243,7 +250,8 @@ export class WebhookSender {
 			const responseExcerpt = await readExcerpt(response.body, RESPONSE_EXCERPT_BYTES);
 			if (statusCode === 200) return finish({ statusCode, errorKind: null, detail: "", responseExcerpt });
 			const redirect = statusCode >= 300 && statusCode < 400 ? " (redirects are not followed)" : "";
-			return finish({ statusCode, errorKind: "http_status", detail: `The URL answered HTTP ${statusCode}; only 200 counts as delivered${redirect}`, responseExcerpt });
+			const retryAfter = RETRY_AFTER_STATUSES.has(statusCode) ? parseRetryAfter(response.headers["retry-after"], new Date()) : null;
+			return finish({ statusCode, errorKind: "http_status", detail: `The URL answered HTTP ${statusCode}; only 200 counts as delivered${redirect}`, responseExcerpt, retryAfter });
 		} catch (error) {
 			if (deadline.signal.aborted) return finish({ statusCode: null, errorKind: "timeout", detail: `No response within ${formatSeconds(delivery.timeoutMs)}` });
 			const { kind, detail } = describeNetworkFailure(error);

@@ -89,11 +89,42 @@ export const dispatcherMigrations: Migration[] = [
 		},
 	},
 	{
+		name: "002_webhook_failures",
+		async up(db) {
+			// Webhooks whose attempts have all failed since `failing_since` (a success deletes the
+			// row); `failed_messages` counts the messages whose first attempt failed in that time.
+			await db.schema.createTable("webhook_failures", table => {
+				table.string("webhook_id", 36).primary();
+				table.string("failing_since", 30).notNullable();
+				table.integer("failed_messages").notNullable().defaultTo(0);
+				table.string("updated_at", 30).notNullable();
+			});
+			// Recover: a webhook's failed deliveries by time.
+			await db.schema.alterTable("deliveries", table => {
+				table.index(["webhook_id", "status", "created_at"], "deliveries_webhook_status_idx");
+			});
+		},
+		async down(db) {
+			await db.schema.alterTable("deliveries", table => table.dropIndex(["webhook_id", "status", "created_at"], "deliveries_webhook_status_idx"));
+			await db.schema.dropTable("webhook_failures");
+		},
+	},
+	{
+		// Retention walks old messages by time (mixins/dispatcher/retention.ts).
+		name: "003_messages_created_index",
+		async up(db) {
+			await db.schema.alterTable("delivery_messages", table => table.index(["created_at", "event_id"], "delivery_messages_created_idx"));
+		},
+		async down(db) {
+			await db.schema.alterTable("delivery_messages", table => table.dropIndex(["created_at", "event_id"], "delivery_messages_created_idx"));
+		},
+	},
+	{
 		// Claims leave out the webhooks that already hold their share of leases (a slow or failing
 		// receiver's retries, piling up as due rows). With webhook_id in the due index, skipping
 		// those rows costs an index entry each instead of a table read: a pile of thousands made
 		// every claim scan them, and claims took a quarter of the dispatcher's CPU.
-		name: "002_due_index_covers_webhook",
+		name: "004_due_index_covers_webhook",
 		async up(db) {
 			await db.schema.alterTable("deliveries", table => {
 				table.index(["status", "next_attempt_at", "webhook_id"], "deliveries_due_webhook_idx");

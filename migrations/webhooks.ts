@@ -6,6 +6,20 @@ import type { Migration } from "../mixins/db.mixin";
 export const UNIQUE_NAME_INDEX = "webhooks_customer_name_unique";
 export const UNIQUE_URL_INDEX = "webhooks_customer_url_unique";
 
+export /** Which uniqueness rule a database error broke, on either engine; undefined for other errors. */
+function brokenUniqueRule(err: unknown): "name" | "url" | undefined {
+	const failure = err as { code?: string; constraint?: string; message?: string };
+	if (failure.code === "23505") {
+		if (failure.constraint === UNIQUE_NAME_INDEX) return "name";
+		if (failure.constraint === UNIQUE_URL_INDEX) return "url";
+	}
+	if (failure.code === "SQLITE_CONSTRAINT_UNIQUE") {
+		if (/webhooks\.customer_id, webhooks\.name/.test(failure.message ?? "")) return "name";
+		if (/webhooks\.customer_id, webhooks\.url/.test(failure.message ?? "")) return "url";
+	}
+	return undefined;
+}
+
 export const webhooksMigrations: Migration[] = [
 	{
 		name: "001_create_webhooks",
@@ -48,6 +62,42 @@ export const webhooksMigrations: Migration[] = [
 		},
 		async down() {
 			// The dot-less form is a valid URL for the same host: nothing to undo.
+		},
+	},
+	{
+		// Why and when a webhook stopped: `user` (PATCH active=false), `gone` (its URL answered
+		// 410) or `failing` (every attempt failed for WEBHOOK_DISABLE_AFTER). Null while active.
+		name: "003_webhook_disabled_reason",
+		async up(db) {
+			await db.schema.alterTable("webhooks", table => {
+				table.string("disabled_reason", 16).nullable();
+				table.string("disabled_at", 30).nullable();
+			});
+			// Webhooks switched off before this column existed were switched off by a user.
+			await db("webhooks").where({ active: false }).update({ disabled_reason: "user", disabled_at: db.ref("updated_at") });
+		},
+		async down(db) {
+			await db.schema.alterTable("webhooks", table => {
+				table.dropColumn("disabled_reason");
+				table.dropColumn("disabled_at");
+			});
+		},
+	},
+	{
+		// Custom request headers: names in clear (shown in the API), values sealed together in one
+		// AES-256-GCM envelope with the webhook id as associated data, like the secrets.
+		name: "004_webhook_custom_headers",
+		async up(db) {
+			await db.schema.alterTable("webhooks", table => {
+				table.text("header_names").notNullable().defaultTo("[]");
+				table.text("headers_envelope").nullable();
+			});
+		},
+		async down(db) {
+			await db.schema.alterTable("webhooks", table => {
+				table.dropColumn("header_names");
+				table.dropColumn("headers_envelope");
+			});
 		},
 	},
 ];

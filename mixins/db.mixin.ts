@@ -124,13 +124,27 @@ export async function releaseDatabase(config: AppConfig): Promise<void> {
 }
 
 export async function runMigrations(db: Knex, owner: string, migrations: Migration[]): Promise<void> {
-	await db.migrate.latest({
-		tableName: `knex_migrations_${owner}`,
-		migrationSource: {
-			getMigrations: async () => migrations,
-			getMigrationName: (migration: Migration) => migration.name,
-			getMigration: async (migration: Migration) => migration,
-		},
+	const migrate = () =>
+		db.migrate.latest({
+			tableName: `knex_migrations_${owner}`,
+			migrationSource: {
+				getMigrations: async () => migrations,
+				getMigrationName: (migration: Migration) => migration.name,
+				getMigration: async (migration: Migration) => migration,
+			},
+		});
+	if (!isPostgres(db)) {
+		await migrate();
+		return;
+	}
+	// Several instances of a service starting together on a fresh database (two dispatchers, say)
+	// would race to create knex's own bookkeeping tables, and the loser would fail to start:
+	// knex's migration lock only works once those tables exist. An advisory lock, held by a
+	// transaction on one connection while the migrations run on others, lets one instance
+	// migrate at a time; the others then find nothing left to do.
+	await db.transaction(async lockHolder => {
+		await lockHolder.raw("SELECT pg_advisory_xact_lock(hashtext(coalesce(current_schema(), '') || ':migrations:' || ?))", [owner]);
+		await migrate();
 	});
 }
 

@@ -33,6 +33,7 @@ const STATUS_BY_ACTION: Record<string, number> = {
 	"webhooks.create": 201,
 	"webhooks.remove": 204,
 	"dispatcher.retryDelivery": 202,
+	"dispatcher.recover": 202,
 };
 
 type GatewayRequest = IncomingMessage & {
@@ -155,6 +156,7 @@ const ApiService: ServiceSchema<ServiceSettingSchema, ApiThis> = {
 					"GET /webhooks/:id/deliveries/:delivery_id": "dispatcher.getDelivery",
 					"POST /webhooks/:id/deliveries/:delivery_id/retry": "dispatcher.retryDelivery",
 					"GET /webhooks/:id/stats": "dispatcher.webhookStats",
+					"POST /webhooks/:id/recover": "dispatcher.recover",
 					"GET /user/details": "users.details",
 					"PUT /user/settings": "users.updateSettings",
 				},

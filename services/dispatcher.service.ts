@@ -15,6 +15,8 @@
 //            lease_id: an abandoned lease simply makes the row due again, and a result write
 //            must match the lease_id, so a stale worker cannot overwrite a newer attempt.
 //            PostgreSQL claims with FOR UPDATE SKIP LOCKED; SQLite has a single writer.
+//   lifecycle a 410 Gone or a long run of failures disables the webhook (its deliveries park),
+//            the customer is told through `webhook:disabled`, and failed deliveries are recovered.
 //
 // This file wires the parts and owns the state they share (initialised in `created`) and the
 // order of start and shutdown. Constants, row types and `DispatcherThis` are in
@@ -35,6 +37,9 @@ import { DeliveryLogMixin } from "../mixins/dispatcher/delivery-log.mixin";
 import { DeliveryStatsMixin } from "../mixins/dispatcher/stats.mixin";
 import { DispatcherBacklogMixin } from "../mixins/backlog.mixin";
 import { DispatcherOperatorMixin } from "../mixins/dispatcher-operator.mixin";
+import { LifecycleMixin } from "../mixins/dispatcher/lifecycle.mixin";
+import { DISPATCHER_PRUNE_JOBS } from "../mixins/dispatcher/retention";
+import { RetentionMixin } from "../mixins/retention.mixin";
 
 // Moleculer types a mixin with the base Service as `this`; the parts are typed with DispatcherThis.
 const parts = [
@@ -56,6 +61,10 @@ const parts = [
 	DispatcherBacklogMixin,
 	// actions locateDelivery, failedDeliveriesSince (the operators' REPL commands)
 	DispatcherOperatorMixin,
+	// action recover; events webhooks.updated / disabled; noteOutcome, disableWebhook, parkPending
+	LifecycleMixin,
+	// action prune; RETENTION_PERIOD: old messages, finished deliveries, attempts, rejected events
+	RetentionMixin(DISPATCHER_PRUNE_JOBS),
 ] as Partial<ServiceSchema>[];
 
 const DispatcherService: ServiceSchema<ServiceSettingSchema, DispatcherThis> = {

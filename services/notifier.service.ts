@@ -21,12 +21,14 @@ import type { Context, ServiceSchema, ServiceSettingSchema } from "moleculer";
 import type { Counter } from "prom-client";
 import { z } from "zod";
 import { OrderStatusIntakeMixin } from "../mixins/order-status-intake.mixin";
+import { RetentionMixin } from "../mixins/retention.mixin";
+import { oldestRowsJob } from "../lib/retention";
 import { DbMixin, isPostgres, nowIso, type DbServiceThis } from "../mixins/db.mixin";
 import { NotifierBacklogMixin } from "../mixins/backlog.mixin";
 import { issuesToProblems, zodParams } from "../mixins/validation";
 import { notifierMigrations } from "../migrations/notifier";
 import { ConfigError } from "../lib/config";
-import { invalidField, type FieldProblem } from "../lib/errors";
+import { invalidField, isDependencyFailure, type FieldProblem } from "../lib/errors";
 import { counter } from "../lib/metrics";
 import { EMAIL_STATUSES, TASKING_ORDER_STATUS_TOPIC, TaskingOrderStatusEvent } from "../lib/schemas/events";
 import { TASKING_ORDER_STATUS } from "../lib/schemas/topics";
@@ -40,6 +42,7 @@ export const OUTBOX_STATUSES = ["pending", "sent", "failed", "skipped"] as const
 export type OutboxStatus = (typeof OUTBOX_STATUSES)[number];
 
 const USERS_CALL_TIMEOUT_MS = 10_000;
+const USERS_UNAVAILABLE_WAIT_MS = 2_000;
 const MAX_REJECTED_PAYLOAD_CHARS = 16 * 1024;
 const MAX_ERROR_CHARS = 1000;
 
@@ -172,7 +175,16 @@ function truncate(text: string, max: number): string {
 
 const NotifierService: ServiceSchema<ServiceSettingSchema, NotifierThis> = {
 	name: "notifier",
-	mixins: [DbMixin("notifier", notifierMigrations) as Partial<ServiceSchema>, OrderStatusIntakeMixin("notifier"), NotifierBacklogMixin],
+	mixins: [
+		DbMixin("notifier", notifierMigrations) as Partial<ServiceSchema>,
+		OrderStatusIntakeMixin("notifier"),
+		NotifierBacklogMixin,
+		// RETENTION_PERIOD: sent, failed and skipped emails and rejected events; pending ones stay.
+		RetentionMixin([
+			oldestRowsJob("email_outbox", "email_outbox", "id", "created_at", finished => finished.whereIn("status", ["sent", "failed", "skipped"])),
+			oldestRowsJob("email_rejected_events", "email_rejected_events", "id", "received_at"),
+		]) as Partial<ServiceSchema>,
+	],
 
 	actions: {
 		/** Operators' view of the outbox, newest first. Tokens are never stored, so never shown. */
@@ -388,6 +400,13 @@ const NotifierService: ServiceSchema<ServiceSettingSchema, NotifierThis> = {
 					{ timeout: USERS_CALL_TIMEOUT_MS },
 				);
 			} catch (err) {
+				if (isDependencyFailure(err)) {
+					// The users service is restarting, slow, or not yet discovered by this node: no
+					// fault of the email, so the attempt is given back and the email waits a moment.
+					this.logger.warn(`Email ${row.id} waits: the users service did not answer (${(err as Error).message})`);
+					await this.settle(row, { attempts: Number(row.attempts) - 1, next_attempt_at: isoAfter(USERS_UNAVAILABLE_WAIT_MS), last_error: truncate(`the users service did not answer: ${(err as Error).message}`, MAX_ERROR_CHARS) }, true);
+					return;
+				}
 				await this.retryOrFail(row, `could not read the user's email preference: ${(err as Error).message}`, false);
 				return;
 			}

@@ -1,10 +1,11 @@
-// topics: owns the event-topic catalogue (table `topics`). Seeded with tasking:order_status;
+// topics: owns the event-topic catalogue (table `topics`). Seeded with tasking:order_status and
+// the operational webhook:disabled (webhooks only, no email);
 // other services may register more. Webhooks and users read it through `topics.list`.
 import type { Context, ServiceSchema, ServiceSettingSchema } from "moleculer";
 import { DbMixin, nowIso, type DbServiceThis } from "../mixins/db.mixin";
 import { zodParams } from "../mixins/validation";
 import { topicsMigrations } from "../migrations/topics";
-import { TASKING_ORDER_STATUS, TopicRegistration, type CatalogueTopic, type WebhookTopic } from "../lib/schemas/topics";
+import { TASKING_ORDER_STATUS, WEBHOOK_DISABLED, TopicRegistration, type CatalogueTopic, type WebhookTopic } from "../lib/schemas/topics";
 
 interface TopicRow {
 	topic: string;
@@ -26,7 +27,7 @@ const TopicsService: ServiceSchema<ServiceSettingSchema, TopicsThis> = {
 	mixins: [DbMixin("topics", topicsMigrations) as Partial<ServiceSchema>],
 
 	settings: {
-		seed: [TASKING_ORDER_STATUS],
+		seed: [TASKING_ORDER_STATUS, WEBHOOK_DISABLED],
 	},
 
 	actions: {

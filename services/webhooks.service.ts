@@ -1,29 +1,40 @@
 // webhooks: owns the customers' webhooks (table `webhooks`): their URLs, event topics, status
-// and signing secrets, which are encrypted at rest and rotated with a grace period. Serves the
+// and signing secrets, which are encrypted at rest and rotated with a grace period, and custom
+// request headers, whose values are encrypted the same way and never shown again (only names). Serves the
 // /webhooks management routes, and gives the dispatcher the signing secrets in clear through
-// `subscribers` and `resolve`, which the gateway does not expose.
+// `subscribers` and `resolve`, which the gateway does not expose. A webhook is disabled by its
+// user (PATCH active=false) or by the dispatcher (`disable`: its URL answered 410 Gone, or every
+// attempt failed for WEBHOOK_DISABLE_AFTER); the reason and time are kept until it is re-enabled.
 import crypto from "node:crypto";
 import type { Context, ServiceSchema, ServiceSettingSchema } from "moleculer";
 import { DbMixin, nowIso, type DbServiceThis } from "../mixins/db.mixin";
 import { zodParams } from "../mixins/validation";
-import { webhooksMigrations, UNIQUE_NAME_INDEX, UNIQUE_URL_INDEX } from "../migrations/webhooks";
+import { webhooksMigrations, brokenUniqueRule } from "../migrations/webhooks";
 import { ClientProblem, ConflictError, NotFoundError, UnprocessableError, type FieldProblem } from "../lib/errors";
 import { decryptSecret, encryptSecret, generateWebhookSecret } from "../lib/crypto";
+import { openHeaders, sealHeaders } from "../lib/webhook-headers";
+import { RetentionMixin } from "../mixins/retention.mixin";
+import { EXPIRED_PREVIOUS_SECRETS } from "../mixins/webhooks/retention";
 import { parseAllowList, type AllowList } from "../lib/address-ranges";
 import { buildPage, decodeCursor } from "../lib/pagination";
 import { checkWebhookUrl } from "../lib/url-policy";
+import { counter } from "../lib/metrics";
 import type { CatalogueTopic } from "../lib/schemas/topics";
 import {
 	CreateWebhook,
+	DisableParams,
 	ListWebhooks,
 	ResolveParams,
 	SubscribersParams,
 	UpdateWebhook,
 	WEBHOOK_EVENTS,
 	WebhookIdParams,
+	type DisableResult,
+	type DisabledReason,
 	type ResolvedWebhook,
 	type Subscriber,
 	type WebhookChangedEvent,
+	type WebhookDisabledEvent,
 	type WebhookPage,
 	type WebhookRemovedEvent,
 	type WebhookRotatedEvent,
@@ -33,7 +44,7 @@ import {
 
 const LIST_PATH = "/id/v3/webhooks";
 // What a listing reads: everything `present` needs and nothing secret.
-const PUBLIC_COLUMNS = ["id", "name", "url", "events", "active", "created_at", "updated_at"] as const;
+const PUBLIC_COLUMNS = ["id", "name", "url", "events", "active", "disabled_reason", "disabled_at", "header_names", "created_at", "updated_at"] as const;
 type PublicWebhookRow = Pick<WebhookRow, (typeof PUBLIC_COLUMNS)[number]>;
 const WEBHOOK_TOPICS_PATH = "/id/v3/webhooks/events";
 // Two rotations racing on one webhook: the loser re-reads and retries, so that no secret that
@@ -47,6 +58,11 @@ interface WebhookRow {
 	url: string;
 	events: string;
 	active: boolean | number;
+	disabled_reason: DisabledReason | null;
+	disabled_at: string | null;
+	/** JSON array of the custom header names; the values are in headers_envelope, encrypted. */
+	header_names: string;
+	headers_envelope: string | null;
 	secret_envelope: string;
 	previous_secret_envelope: string | null;
 	previous_secret_expires_at: string | null;
@@ -62,6 +78,8 @@ interface TenantMeta {
 type WebhooksThis = DbServiceThis & {
 	allowList: AllowList;
 	secretsKey: string;
+	disables: ReturnType<typeof counter>;
+	announceDisabled(ctx: Context, customerId: string, view: WebhookView): void;
 	tenantOf(ctx: Context<unknown, TenantMeta>): string;
 	findOwned(customerId: string, id: string): Promise<WebhookRow>;
 	unknownTopicProblems(ctx: Context, topics: string[], path: string): Promise<FieldProblem[]>;
@@ -76,23 +94,9 @@ function rejectIfAny(problems: FieldProblem[]): void {
 	throw new UnprocessableError(problems.map(problem => `${problem.path}: ${problem.message}`).join("; "), problems);
 }
 
-/** Which uniqueness rule a database error broke, on either engine; undefined for other errors. */
-function brokenUniqueRule(err: unknown): "name" | "url" | undefined {
-	const failure = err as { code?: string; constraint?: string; message?: string };
-	if (failure.code === "23505") {
-		if (failure.constraint === UNIQUE_NAME_INDEX) return "name";
-		if (failure.constraint === UNIQUE_URL_INDEX) return "url";
-	}
-	if (failure.code === "SQLITE_CONSTRAINT_UNIQUE") {
-		if (/webhooks\.customer_id, webhooks\.name/.test(failure.message ?? "")) return "name";
-		if (/webhooks\.customer_id, webhooks\.url/.test(failure.message ?? "")) return "url";
-	}
-	return undefined;
-}
-
 const WebhooksService: ServiceSchema<ServiceSettingSchema, WebhooksThis> = {
 	name: "webhooks",
-	mixins: [DbMixin("webhooks", webhooksMigrations) as Partial<ServiceSchema>],
+	mixins: [DbMixin("webhooks", webhooksMigrations) as Partial<ServiceSchema>, RetentionMixin([EXPIRED_PREVIOUS_SECRETS]) as Partial<ServiceSchema>],
 
 	actions: {
 		/** POST /webhooks: the only answer, with rotate, that carries the secret. */
@@ -117,6 +121,9 @@ const WebhooksService: ServiceSchema<ServiceSettingSchema, WebhooksThis> = {
 					url: urlCheck.url,
 					events: JSON.stringify(events),
 					active: true,
+					disabled_reason: null,
+					disabled_at: null,
+					...sealHeaders(ctx.params.headers ?? {}, this.secretsKey, id),
 					secret_envelope: this.seal(secret, id),
 					previous_secret_envelope: null,
 					previous_secret_expires_at: null,
@@ -183,14 +190,17 @@ const WebhooksService: ServiceSchema<ServiceSettingSchema, WebhooksThis> = {
 			params: zodParams(UpdateWebhook),
 			async handler(this: WebhooksThis, ctx: Context<UpdateWebhook, TenantMeta>): Promise<WebhookView> {
 				const customerId = this.tenantOf(ctx);
-				const { id, name, events, active } = ctx.params;
+				const { id, name, events, active, headers } = ctx.params;
 				const row = await this.findOwned(customerId, id);
 				if (events) rejectIfAny(await this.unknownTopicProblems(ctx, events, "events"));
 
 				const changes: Partial<WebhookRow> = { updated_at: nowIso() };
 				if (name !== undefined) changes.name = name;
 				if (events !== undefined) changes.events = JSON.stringify(events);
-				if (active !== undefined) changes.active = active;
+				if (headers !== undefined) Object.assign(changes, sealHeaders(headers, this.secretsKey, id));
+				if (active === true) Object.assign(changes, { active, disabled_reason: null, disabled_at: null });
+				// Switching off a webhook the dispatcher already disabled keeps the dispatcher's reason.
+				if (active === false && row.active) Object.assign(changes, { active, disabled_reason: "user", disabled_at: changes.updated_at });
 				let updated: number;
 				try {
 					updated = await this.db("webhooks").where({ id, customer_id: customerId }).update(changes);
@@ -200,6 +210,7 @@ const WebhooksService: ServiceSchema<ServiceSettingSchema, WebhooksThis> = {
 				if (updated === 0) throw new NotFoundError("Webhook");
 				const view = this.present({ ...row, ...changes });
 				ctx.broadcast<WebhookChangedEvent>(WEBHOOK_EVENTS.updated, { id, customerId, active: view.active });
+				if (changes.disabled_reason === "user") this.announceDisabled(ctx, customerId, view);
 				return view;
 			},
 		},
@@ -259,7 +270,7 @@ const WebhooksService: ServiceSchema<ServiceSettingSchema, WebhooksThis> = {
 				const rows: WebhookRow[] = await this.db("webhooks").where({ customer_id: customerId, active: true }).orderBy("created_at");
 				return rows
 					.filter(row => (JSON.parse(row.events) as string[]).includes(topic))
-					.map(row => ({ id: row.id, customerId: row.customer_id, url: row.url, secrets: this.secretsOf(row) }));
+					.map(row => ({ id: row.id, customerId: row.customer_id, url: row.url, secrets: this.secretsOf(row), headers: openHeaders(row, this.secretsKey) }));
 			},
 		},
 
@@ -277,6 +288,7 @@ const WebhooksService: ServiceSchema<ServiceSettingSchema, WebhooksThis> = {
 					url: row.url,
 					active: Boolean(row.active),
 					secrets: this.secretsOf(row),
+					headers: openHeaders(row, this.secretsKey),
 				}));
 			},
 		},
@@ -289,6 +301,28 @@ const WebhooksService: ServiceSchema<ServiceSettingSchema, WebhooksThis> = {
 				const row: Pick<WebhookRow, "id" | "customer_id"> | undefined = await this.db("webhooks").select("id", "customer_id").where({ id: ctx.params.id }).first();
 				if (!row) throw new NotFoundError("Webhook");
 				return { id: row.id, customerId: row.customer_id };
+			},
+		},
+
+		/**
+		 * The dispatcher disables a webhook its receiver told to go away (410) or that kept failing.
+		 * Only an active webhook changes, so a repeat (or a race of two dispatchers) announces once.
+		 */
+		disable: {
+			visibility: "public",
+			params: zodParams(DisableParams),
+			async handler(this: WebhooksThis, ctx: Context<DisableParams>): Promise<DisableResult> {
+				const { id, reason } = ctx.params;
+				const now = nowIso();
+				const changed = await this.db("webhooks").where({ id, active: true }).update({ active: false, disabled_reason: reason, disabled_at: now, updated_at: now });
+				const row: (PublicWebhookRow & { customer_id: string }) | undefined = await this.db("webhooks").where({ id }).first([...PUBLIC_COLUMNS, "customer_id"]);
+				if (!row) return { disabled: false, webhook: null };
+				const view = this.present(row);
+				if (changed === 1) {
+					ctx.broadcast<WebhookChangedEvent>(WEBHOOK_EVENTS.updated, { id, customerId: row.customer_id, active: false });
+					this.announceDisabled(ctx, row.customer_id, view);
+				}
+				return { disabled: changed === 1, webhook: { ...view, customerId: row.customer_id } };
 			},
 		},
 
@@ -337,9 +371,19 @@ const WebhooksService: ServiceSchema<ServiceSettingSchema, WebhooksThis> = {
 				url: row.url,
 				events: JSON.parse(row.events) as string[],
 				active: Boolean(row.active),
+				disabled_reason: row.active ? null : (row.disabled_reason ?? "user"),
+				disabled_at: row.active ? null : (row.disabled_at ?? null),
+				header_names: JSON.parse(row.header_names ?? "[]") as string[],
 				created_at: row.created_at,
 				updated_at: row.updated_at,
 			};
+		},
+
+		announceDisabled(this: WebhooksThis, ctx: Context, customerId: string, view: WebhookView): void {
+			const reason = view.disabled_reason ?? "user";
+			this.disables.inc({ reason });
+			this.logger.info(`Webhook ${view.id} of customer ${customerId} disabled (${reason})`);
+			ctx.broadcast<WebhookDisabledEvent>(WEBHOOK_EVENTS.disabled, { id: view.id, customerId, name: view.name, url: view.url, reason, disabled_at: view.disabled_at ?? nowIso() });
 		},
 
 		seal(this: WebhooksThis, secret: string, id: string): string {
@@ -373,6 +417,7 @@ const WebhooksService: ServiceSchema<ServiceSettingSchema, WebhooksThis> = {
 		this.allowList = parseAllowList(this.config.WEBHOOK_ALLOW_NETS);
 		if (!this.config.SECRETS_KEY) throw new Error("SECRETS_KEY is not configured: webhook secrets cannot be encrypted");
 		this.secretsKey = this.config.SECRETS_KEY;
+		this.disables = counter(this.broker, "webhooks_disabled_total", "Webhooks disabled, by reason (user, gone, failing)", ["reason"]);
 	},
 };
 

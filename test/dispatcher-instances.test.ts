@@ -2,12 +2,10 @@
 // so no delivery is ever attempted by both at the same time, and none is lost. On SQLite the two
 // share the single writer; on PostgreSQL they claim with FOR UPDATE SKIP LOCKED.
 import crypto from "node:crypto";
-import type { ServiceBroker } from "moleculer";
-import { startStack, type Stack } from "./helpers/stack";
+import type { Stack } from "./helpers/stack";
 import { testDatabases } from "./helpers/services";
-import { sleep, startDeliveryStack, verified, waitUntil, FAST_DELIVERY_ENV, type DeliveryStack } from "./helpers/delivery-stack";
+import { attemptsMadeBy, sleep, startDeliveryStack, startSecondDispatcher, stopSecondDispatcher, verified, waitUntil, type DeliveryStack } from "./helpers/delivery-stack";
 import type { ReceivedRequest } from "./helpers/https-receiver";
-import { metricsOf } from "../lib/metrics";
 
 // Small capacity, so that most deliveries are not leased at intake but claimed by the poll loops
 // of both instances, and every delivery goes through one retry (first answer 500).
@@ -15,11 +13,6 @@ const INSTANCE_ENV = { DELIVERY_CONCURRENCY: "4", DELIVERY_WEBHOOK_CONCURRENCY: 
 const WEBHOOKS = 4;
 const EVENTS = 40;
 
-async function attemptsMadeBy(broker: ServiceBroker): Promise<number> {
-	const metric = metricsOf(broker).getSingleMetric("webhook_delivery_attempts_total");
-	const { values } = await metric!.get();
-	return values.reduce((sum, value) => sum + value.value, 0);
-}
 
 describe.each(testDatabases())("two dispatcher instances on %s", database => {
 	let first: DeliveryStack;
@@ -27,17 +20,10 @@ describe.each(testDatabases())("two dispatcher instances on %s", database => {
 
 	beforeAll(async () => {
 		first = await startDeliveryStack(database, { env: INSTANCE_ENV });
-		second = await startStack({
-			services: ["webhooks", "dispatcher"],
-			database,
-			dataDir: first.stack.dataDir,
-			schema: first.stack.schema,
-			env: { ...FAST_DELIVERY_ENV, ...INSTANCE_ENV, WEBHOOK_CA_FILE: first.caFile },
-		});
+		second = await startSecondDispatcher(first, database, INSTANCE_ENV);
 	});
 	afterAll(async () => {
-		await second?.stopServices();
-		await second?.db.destroy();
+		await stopSecondDispatcher(second);
 		await first?.stop();
 	});
 

@@ -3,7 +3,7 @@
 // through the real gateway. On SQLite and PostgreSQL.
 import crypto from "node:crypto";
 import { testDatabases } from "./helpers/services";
-import { sleep, startDeliveryStack, verified, waitUntil, type CreatedWebhook, type DeliveryStack, type OrderEvent } from "./helpers/delivery-stack";
+import { orderEvent, sleep, startDeliveryStack, verified, waitUntil, type CreatedWebhook, type DeliveryStack, type OrderEvent } from "./helpers/delivery-stack";
 import { verifyDelivery } from "./helpers/https-receiver";
 
 const TOPIC = "tasking:order_status";
@@ -24,14 +24,7 @@ describe.each(testDatabases())("dispatcher on %s", database => {
 		await env.stack.request("GET", "/id/v3/user/details", { token });
 		return { id, userId, token };
 	};
-	const order = (customer: { id: string; userId: string }, extra: Partial<OrderEvent> = {}): OrderEvent => ({
-		event_id: crypto.randomUUID(),
-		customer_id: customer.id,
-		user_id: customer.userId,
-		order_id: `order-${crypto.randomBytes(4).toString("hex")}`,
-		status: "fulfilled",
-		...extra,
-	});
+	const order = orderEvent;
 	const deliveryOf = async (eventId: string, webhook: CreatedWebhook) => db()("deliveries").where({ event_id: eventId, webhook_id: webhook.id }).first();
 	const waitForStatus = (eventId: string, webhook: CreatedWebhook, status: string) =>
 		waitUntil(() => deliveryOf(eventId, webhook), row => row?.status === status, `delivery of ${eventId} to be ${status}`);

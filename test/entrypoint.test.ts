@@ -8,6 +8,7 @@ import net from "node:net";
 import os from "node:os";
 import path from "node:path";
 import { freePort } from "./helpers/net";
+import { startNatsServer, type NatsServer } from "./helpers/nats-server";
 import { connect } from "nats";
 import { natsEnabled, TEST_DATABASE_URL, TEST_NATS_URL } from "./helpers/services";
 import { intakeNames } from "../lib/intake-channel";
@@ -206,35 +207,18 @@ describe("the server process", () => {
 
 	const describeWithNats = natsEnabled() ? describe : describe.skip;
 	describeWithNats("with a NATS server of its own", () => {
-		let nats: ChildProcess | undefined;
-		const startNats = async (port: number, store: string, extra: string[] = []) => {
-			nats = spawn("/usr/sbin/nats-server", ["-a", "127.0.0.1", "-p", String(port), "-js", "-sd", store, ...extra], { stdio: "ignore" });
-			for (let i = 0; i < 100; i++) {
-				const up = await new Promise<boolean>(resolve => {
-					const socket = net.connect(port, "127.0.0.1", () => resolve(true));
-					socket.once("error", () => resolve(false));
-					socket.once("connect", () => socket.destroy());
-				});
-				if (up) return;
-				await sleep(100);
-			}
-			throw new Error("nats-server did not start");
-		};
-		const stopNats = async () => {
-			if (!nats || nats.exitCode !== null) return;
-			const gone = new Promise(resolve => nats!.once("exit", resolve));
-			nats.kill("SIGTERM");
-			await gone;
-		};
-		afterEach(stopNats);
+		let nats: NatsServer | undefined;
+		afterEach(async () => {
+			await nats?.close();
+			nats = undefined;
+		});
 
 		it("stops within its bound on SIGTERM while NATS is down, instead of hanging until SIGKILL", async () => {
-			const natsPort = await freePort();
-			await startNats(natsPort, dataDir());
+			nats = await startNatsServer();
 			const opsPort = await freePort();
 			const running = run(["node", "--import", "tsx", "server.ts"], {
 				SERVICES: "topics,dispatcher,notifier",
-				TRANSPORTER: `nats://127.0.0.1:${natsPort}`,
+				TRANSPORTER: nats.url,
 				NAMESPACE: `entry-down-${process.pid}`,
 				DATA_DIR: dataDir(),
 				HOST: "127.0.0.1",
@@ -242,7 +226,7 @@ describe("the server process", () => {
 			});
 			try {
 				await waitForHealth(running, opsPort, 200);
-				await stopNats();
+				await nats.stop();
 				// The node sees NATS gone (it keeps trying to reconnect meanwhile).
 				await waitForHealth(running, opsPort, 503, 20_000);
 				const asked = Date.now();
@@ -257,13 +241,11 @@ describe("the server process", () => {
 		});
 
 		it("answers 503 and exits non-zero once NATS closes the connection for good (credentials no longer accepted)", async () => {
-			const natsPort = await freePort();
-			const store = dataDir();
-			await startNats(natsPort, store);
+			nats = await startNatsServer();
 			const opsPort = await freePort();
 			const running = run(["node", "--import", "tsx", "server.ts"], {
 				SERVICES: "topics",
-				TRANSPORTER: `nats://127.0.0.1:${natsPort}`,
+				TRANSPORTER: nats.url,
 				NAMESPACE: `entry-${process.pid}`,
 				DATA_DIR: dataDir(),
 				HOST: "127.0.0.1",
@@ -274,8 +256,8 @@ describe("the server process", () => {
 				expect(up.checks).toMatchObject({ transporter: { ok: true }, intake: { ok: true } });
 				// The server comes back demanding credentials this node does not have: its clients
 				// are refused and give up, which no reconnect loop can mend.
-				await stopNats();
-				await startNats(natsPort, store, ["--user", "someone", "--pass", "else"]);
+				await nats.stop("SIGTERM");
+				await nats.start(["--user", "someone", "--pass", "else"]);
 				const down = await waitForHealth(running, opsPort, 503, 30_000).catch(() => undefined);
 				const code = await exitWithin(running, 60_000);
 				expect(code).not.toBe(0);

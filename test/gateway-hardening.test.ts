@@ -241,9 +241,9 @@ describe.each(testDatabases())("gateway hardening on %s", database => {
 
 		it("refuses them on create, update and settings, naming them", async () => {
 			const create = await rejected("POST", "/id/v3/webhooks", { token: alice, headers, body: wrapped({ name: "Proto", url: "https://proto.example.com/", events: [ORDER_STATUS] }) }, 422);
-			expect(create.body.errors).toEqual(expect.arrayContaining([{ path: "", message: expect.stringContaining("__proto__") }]));
+			expect(create.body.errors).toEqual(expect.arrayContaining([{ path: "__proto__", message: "is not a known field" }]));
 			const update = await rejected("PATCH", `/id/v3/webhooks/${hook.id}`, { token: alice, headers, body: wrapped({ name: "Proto", active: false }) }, 422);
-			expect(update.body.errors).toEqual(expect.arrayContaining([{ path: "", message: expect.stringContaining("__proto__") }]));
+			expect(update.body.errors).toEqual(expect.arrayContaining([{ path: "__proto__", message: "is not a known field" }]));
 			const settings = await rejected("PUT", "/id/v3/user/settings", { token: alice, headers, body: wrapped({ notifications: [{ category: "tasking", settings: [{ topic: ORDER_STATUS, email: false }] }] }) }, 422);
 			expect(JSON.stringify(settings.body.errors)).toContain("__proto__");
 			const constructor = await rejected("POST", "/id/v3/webhooks", { token: alice, headers, body: `{"constructor": {"prototype": {"name": "x"}}, "name": "C", "url": "https://c.example.com/", "events": ["${ORDER_STATUS}"]}` }, 422);

@@ -18,6 +18,7 @@ describe("gateway", () => {
 			expect(response.status).toBe(200);
 			expect(response.body).toEqual([
 				{ topic: "tasking:order_status", name: "Tasking order status updates", description: "Notifications for all tasking order updates" },
+				{ topic: "webhook:disabled", name: "Webhook disabled", description: expect.stringContaining("410 Gone") },
 			]);
 		}
 	});

@@ -4,7 +4,7 @@
 // The fault tests (test/cluster*.test.ts) kill and cut things; this suite checks the contract.
 import crypto from "node:crypto";
 import { ServiceBroker } from "moleculer";
-import { startDeliveryStack, type DeliveryStack } from "./helpers/delivery-stack";
+import { startDeliveryStack, waitUntil, type DeliveryStack } from "./helpers/delivery-stack";
 import { natsEnabled, TEST_NATS_URL } from "./helpers/services";
 import { deadLetter, intakeMiddlewares, intakeNames, INTAKE_GROUPS, stableEventId } from "../lib/intake-channel";
 import { spawn } from "node:child_process";
@@ -16,14 +16,9 @@ import type { OutboxEntry } from "../services/notifier.service";
 const TOPIC = "tasking:order_status";
 const sleep = (ms: number) => new Promise(resolve => setTimeout(resolve, ms));
 
-async function eventually<T>(what: string, probe: () => Promise<T | undefined>, ms = 20_000): Promise<T> {
-	const deadline = Date.now() + ms;
-	for (;;) {
-		const value = await probe();
-		if (value !== undefined) return value;
-		if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-		await sleep(50);
-	}
+/** Polls until `probe` answers something. */
+function eventually<T>(what: string, probe: () => Promise<T | undefined>): Promise<T> {
+	return waitUntil(probe, value => value !== undefined, what) as Promise<T>;
 }
 
 async function optIn(env: DeliveryStack, sub: string): Promise<string> {

@@ -6,6 +6,7 @@ import { startDeliveryStack, waitUntil, type DeliveryStack } from "./helpers/del
 import { startHttpsReceiver, type HttpsReceiver } from "./helpers/https-receiver";
 import { startSmtpServer, type TestSmtpServer } from "./helpers/smtp-server";
 import { testDatabases } from "./helpers/services";
+import { startStack, type Stack } from "./helpers/stack";
 import type { OutboxEntry } from "../services/notifier.service";
 
 describe.each(testDatabases())("email independent of webhook delivery on %s", database => {
@@ -67,5 +68,29 @@ describe.each(testDatabases())("email independent of webhook delivery on %s", da
 		expect(deliveries.status).toBe(200);
 		expect(deliveries.body.deliveries.length).toBeGreaterThan(0);
 		expect(deliveries.body.deliveries.map((entry: { status: string }) => entry.status)).toEqual(["pending", "pending", "pending"]);
+	});
+});
+
+describe("email while the users service is away", () => {
+	let stack: Stack;
+	beforeAll(async () => {
+		// A notifier whose node has no users service (not started yet, or not yet discovered).
+		stack = await startStack({ services: ["notifier"], env: { MAIL_POLL_INTERVAL: "100ms" } });
+	});
+	afterAll(() => stack?.stop());
+
+	it("waits without spending its attempts, instead of counting the outage against the email", async () => {
+		const event = { event_id: crypto.randomUUID(), user_id: "away-user", order_id: "o-away", status: "fulfilled" };
+		await stack.app.broker.emit("tasking.order_status", event);
+		const entry = await waitUntil(
+			async () => ((await stack.app.broker.call("notifier.outbox", { limit: 50 })) as OutboxEntry[]).find(row => row.event_id === event.event_id),
+			row => Boolean(row?.last_error?.startsWith("the users service did not answer")),
+			"the email to find the users service away",
+		);
+		// Polled again and again meanwhile: still pending, with no attempt spent.
+		await new Promise(resolve => setTimeout(resolve, 2_500));
+		const later = ((await stack.app.broker.call("notifier.outbox", { limit: 50 })) as OutboxEntry[]).find(row => row.event_id === event.event_id)!;
+		expect(entry!.status).toBe("pending");
+		expect(later).toMatchObject({ status: "pending", attempts: 0 });
 	});
 });

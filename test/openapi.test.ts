@@ -67,6 +67,13 @@ describe("OpenAPI document (structure)", () => {
 		for (const path of Object.keys(document.paths as Json)) expect(path).toMatch(/^\//);
 	});
 
+	it("describes what the service sends for the operational topic webhook:disabled (OpenAPI webhooks)", () => {
+		const disabled = (document.webhooks as Json)["webhook:disabled"].post;
+		expect(disabled.requestBody.content["application/json"].schema).toEqual({ $ref: "#/components/schemas/WebhookDisabledMessage" });
+		const schema = (document.components as Json).schemas.WebhookDisabledMessage;
+		expect(schema.properties.data.properties.reason.enum).toEqual(["user", "gone", "failing"]);
+	});
+
 	it("gives every operation a unique operationId, a 2xx response and matching path parameters", () => {
 		const ids = operations.map(({ operation }) => operation.operationId);
 		expect(new Set(ids).size).toBe(ids.length);
@@ -112,9 +119,10 @@ describe("OpenAPI document (structure)", () => {
 	it("describes request bodies from the validation schemas: strict, with their required fields", () => {
 		const create = (document.paths as Json)["/id/v3/webhooks"].post.requestBody.content["application/json"].schema;
 		expect(create).toMatchObject({ type: "object", additionalProperties: false, required: ["name", "url"] });
-		expect(Object.keys(create.properties).sort()).toEqual(["event_types", "events", "name", "url"]);
+		expect(Object.keys(create.properties).sort()).toEqual(["event_types", "events", "headers", "name", "url"]);
+		expect(create.properties.headers).toMatchObject({ type: "object", description: expect.stringContaining("Write-only") });
 		const patch = (document.paths as Json)["/id/v3/webhooks/{id}"].patch.requestBody.content["application/json"].schema;
-		expect(Object.keys(patch.properties).sort()).toEqual(["active", "event_types", "events", "name"]);
+		expect(Object.keys(patch.properties).sort()).toEqual(["active", "event_types", "events", "headers", "name"]);
 		const list = (document.paths as Json)["/id/v3/webhooks"].get.parameters;
 		expect(list).toEqual(
 			expect.arrayContaining([expect.objectContaining({ name: "per_page", in: "query", schema: expect.objectContaining({ minimum: 1, maximum: 100, default: 25 }) })]),
@@ -184,6 +192,9 @@ describe.each(testDatabases())("OpenAPI document against the running services (%
 		expectDocumented(await stack.request("POST", `/id/v3/webhooks/${id}/rotate`, { token }), `${byId}/rotate`, "post");
 		expectDocumented(await stack.request("POST", `/id/v3/webhooks/${id}/test`, { token }), `${byId}/test`, "post");
 		expectDocumented(await stack.request("GET", `/id/v3/webhooks/${id}/deliveries`, { token }), `${byId}/deliveries`, "get");
+		const recovered = await stack.request("POST", `/id/v3/webhooks/${id}/recover`, { token, body: { since: "2000-01-01T00:00:00Z" } });
+		expect(recovered.status).toBe(202);
+		expectDocumented(recovered, `${byId}/recover`, "post");
 		expectDocumented(await stack.request("DELETE", `/id/v3/webhooks/${id}`, { token }), byId, "delete");
 	});
 

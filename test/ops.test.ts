@@ -1,6 +1,5 @@
 // The operational endpoints on OPS_PORT: /health for orchestrators (and what makes it fail),
 // /metrics for Prometheus. They answer without a token and live apart from the API port.
-import { spawn, type ChildProcess } from "node:child_process";
 import crypto from "node:crypto";
 import fs from "node:fs";
 import net from "node:net";
@@ -10,7 +9,7 @@ import knex from "knex";
 import { createApp, type App } from "../app";
 import { parseConfig, resolveSecrets, ALL_SERVICES } from "../lib/config";
 import { natsEnabled, testDatabases, TEST_DATABASE_URL, type DatabaseKind } from "./helpers/services";
-import { freePort } from "./helpers/net";
+import { startNatsServer } from "./helpers/nats-server";
 
 interface OpsApp {
 	app: App;
@@ -157,9 +156,8 @@ describe("health when a dependency is down", () => {
 	it("answers 503 while the node has lost its NATS server, and 200 once it is back", async () => {
 		if (!natsEnabled()) return console.warn("NATS not reachable: transporter health check not exercised");
 		// A NATS server of this test's own, so that stopping it disturbs nobody else.
-		const port = await freePort();
-		let nats = await startNats(port);
-		const ops = await startWithOps("sqlite", { TRANSPORTER: `nats://127.0.0.1:${port}`, SERVICES: "topics", NAMESPACE: `ops-${port}` });
+		const nats = await startNatsServer();
+		const ops = await startWithOps("sqlite", { TRANSPORTER: nats.url, SERVICES: "topics", NAMESPACE: `ops-${nats.port}` });
 		try {
 			const healthy = await getJson(`${ops.opsUrl}/health`);
 			expect(healthy.body.checks).toEqual({ transporter: { ok: true }, intake: { ok: true }, database: { ok: true } });
@@ -170,41 +168,13 @@ describe("health when a dependency is down", () => {
 			expect(down.body).toMatchObject({ status: "unavailable", checks: { transporter: { ok: false, detail: expect.any(String) }, database: { ok: true } } });
 
 			// The client reconnects by itself (and only a connected broker can stop cleanly).
-			nats = await startNats(port);
+			await nats.start();
 			const back = await eventually(() => getJson(`${ops.opsUrl}/health`), health => health.status === 200, 100);
 			expect(back.body.checks.transporter).toEqual({ ok: true });
 		} finally {
 			await ops.stop();
-			await nats.stop();
+			await nats.close();
 		}
 	});
 });
 
-// JetStream on, with one store per port: cluster nodes keep their intake there (a restart on the
-// same port finds it again).
-const natsStores = new Map<number, string>();
-
-async function startNats(port: number): Promise<{ stop(): Promise<void> }> {
-	if (!natsStores.has(port)) natsStores.set(port, fs.mkdtempSync(path.join(os.tmpdir(), "swh-ops-nats-")));
-	const child: ChildProcess = spawn("nats-server", ["-a", "127.0.0.1", "-p", String(port), "-js", "-sd", natsStores.get(port)!], { stdio: "ignore" });
-	const exited = new Promise<void>(resolve => child.once("exit", () => resolve()));
-	await eventually(() => canConnect(port), Boolean, 50);
-	return {
-		async stop() {
-			if (child.exitCode === null && child.signalCode === null) child.kill("SIGTERM");
-			await exited;
-		},
-	};
-}
-
-
-function canConnect(port: number): Promise<boolean> {
-	return new Promise(resolve => {
-		const socket = net.connect(port, "127.0.0.1");
-		socket.once("connect", () => {
-			socket.destroy();
-			resolve(true);
-		});
-		socket.once("error", () => resolve(false));
-	});
-}

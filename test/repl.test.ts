@@ -143,7 +143,7 @@ function describeCommands(setup: () => Scenario) {
 
 	it("disable and enable", async () => {
 		expect(await s.repl.run(`disable ${ok.id}`, /active|error/)).toMatch(new RegExp(`${ok.id}\\s*\\|\\s*ok \\w+\\s*\\|\\s*acme\\s*\\|\\s*no`));
-		expect(await s.repl.run("webhooks acme", /latest delivery/)).toMatch(new RegExp(`${ok.id}.*\\|\\s*no\\s*\\|`));
+		expect(await s.repl.run("webhooks acme", /latest delivery/)).toMatch(new RegExp(`${ok.id}.*\\|\\s*no\\s*\\|\\s*user since \\d{4}-\\d\\d-\\d\\dT\\S+Z\\s*\\|`));
 		expect(await s.repl.run(`enable ${ok.id}`, /active|error/)).toMatch(new RegExp(`${ok.id}\\s*\\|\\s*ok \\w+\\s*\\|\\s*acme\\s*\\|\\s*yes`));
 		expect(await s.repl.run(`disable ${crypto.randomUUID()}`, /error/)).toMatch(/error: Webhook not found/);
 		expect(await s.repl.run("enable x", /error/)).toMatch(/error: webhook id must be a UUID/);

@@ -87,13 +87,27 @@ describe("SDK against the real gateway", () => {
 	afterAll(() => env?.stop());
 
 	it("topics.list: the catalogue", async () => {
-		expect(await client.topics.list()).toEqual([{ topic: "tasking:order_status", name: "Tasking order status updates", description: expect.any(String) }]);
+		expect(await client.topics.list()).toEqual([
+			{ topic: "tasking:order_status", name: "Tasking order status updates", description: expect.any(String) },
+			{ topic: "webhook:disabled", name: "Webhook disabled", description: expect.any(String) },
+		]);
 	});
 
 	it("webhooks.create / get / update / delete", async () => {
 		const created = await newWebhook("crud");
 		expect(created).toMatchObject({ id: expect.any(String), name: "crud", active: true, events: ["tasking:order_status"], secret: expect.stringMatching(/^whsec_/) });
-		expect(await client.webhooks.get(created.id)).toEqual({ id: created.id, name: "crud", url: created.url, events: created.events, active: true, created_at: created.created_at, updated_at: created.updated_at });
+		expect(await client.webhooks.get(created.id)).toEqual({
+			id: created.id,
+			name: "crud",
+			url: created.url,
+			events: created.events,
+			active: true,
+			disabled_reason: null,
+			disabled_at: null,
+			header_names: [],
+			created_at: created.created_at,
+			updated_at: created.updated_at,
+		});
 		const updated = await client.webhooks.update(created.id, { name: "crud (paused)", active: false });
 		expect(updated).toMatchObject({ id: created.id, name: "crud (paused)", active: false });
 		expect(updated).not.toHaveProperty("secret");
@@ -187,6 +201,18 @@ describe("SDK against the real gateway", () => {
 			expect(again.headers["webhook-id"]).toBe(delivered.headers["webhook-id"]);
 			expect(verifyWebhook(again.body, again.headers, created.secret).type).toBe("tasking:order_status");
 			await expect(client.deliveries.get(created.id, crypto.randomUUID())).rejects.toBeInstanceOf(NotFoundError);
+		});
+
+		it("webhooks.stats and webhooks.recover", async () => {
+			const stats = await client.webhooks.stats(created.id);
+			expect(stats).toMatchObject({ webhook_id: created.id, window: "24h" });
+			expect(stats.buckets).toHaveLength(24);
+			expect(stats.totals.succeeded).toBeGreaterThanOrEqual(1);
+			// Nothing failed in the window, so nothing is scheduled; a bad window is a typed 422.
+			const since = new Date(Date.now() - 3_600_000).toISOString();
+			expect(await client.webhooks.recover(created.id, { since })).toEqual({ scheduled: 0, remaining: 0 });
+			await expect(client.webhooks.recover(created.id, { since: "yesterday" })).rejects.toMatchObject({ status: 422, errors: expect.arrayContaining([expect.objectContaining({ path: "since" })]) });
+			await expect(client.webhooks.stats(crypto.randomUUID())).rejects.toBeInstanceOf(NotFoundError);
 		});
 
 		it("webhooks.rotate: during the grace period a delivery verifies with the new or the old secret", async () => {
@@ -378,7 +404,7 @@ describe("SDK and 429", () => {
 		const client = new SatelliteWebhooksClient({ baseUrl: relayUrl, token: await stack.token("patient") });
 		refuse = { count: 1, retryAfter: "1" };
 		relayed = 0;
-		expect(await client.topics.list()).toHaveLength(1);
+		expect(await client.topics.list()).toHaveLength(2);
 		expect(relayed).toBe(2);
 	});
 

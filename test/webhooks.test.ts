@@ -82,6 +82,9 @@ describe.each(testDatabases())("webhooks on %s", database => {
 			url: "https://hooks.example.com/satellite?via=erp",
 			events: [ORDER_STATUS],
 			active: true,
+			disabled_reason: null,
+			disabled_at: null,
+			header_names: [],
 			created_at: expect.stringMatching(ISO_TIME),
 			updated_at: body.created_at,
 			secret: expect.stringMatching(SECRET_FORM),
@@ -209,10 +212,13 @@ describe.each(testDatabases())("webhooks on %s", database => {
 		expect(viaEventTypes.body.events).toEqual([CAPTURE_READY]);
 
 		const disabled = await stack.request("PATCH", `/id/v3/webhooks/${webhook.id}`, { token: alice, body: { active: false } });
-		expect(disabled.body.active).toBe(false);
+		expect(disabled.body).toMatchObject({ active: false, disabled_reason: "user", disabled_at: disabled.body.updated_at });
 		expect((await stack.request("GET", `/id/v3/webhooks/${webhook.id}`, { token: alice })).body).toEqual(disabled.body);
+		// Switching it off again keeps the first reason and time.
+		const again = await stack.request("PATCH", `/id/v3/webhooks/${webhook.id}`, { token: alice, body: { active: false } });
+		expect(again.body).toMatchObject({ active: false, disabled_reason: "user", disabled_at: disabled.body.disabled_at });
 		const enabled = await stack.request("PATCH", `/id/v3/webhooks/${webhook.id}`, { token: alice, body: { active: true, name: "Back on" } });
-		expect(enabled.body).toMatchObject({ active: true, name: "Back on", events: [CAPTURE_READY], url: webhook.url });
+		expect(enabled.body).toMatchObject({ active: true, disabled_reason: null, disabled_at: null, name: "Back on", events: [CAPTURE_READY], url: webhook.url });
 		expect(enabled.text).not.toContain(webhook.secret);
 	});
 
@@ -290,14 +296,14 @@ describe.each(testDatabases())("webhooks on %s", database => {
 
 		expect(byId(await subscribers(ORDER_STATUS))).toEqual(
 			byId([
-				{ id: orders.id, customerId: customer, url: orders.url, secrets: [orders.secret] },
-				{ id: both.id, customerId: customer, url: both.url, secrets: [both.secret] },
+				{ id: orders.id, customerId: customer, url: orders.url, secrets: [orders.secret], headers: {} },
+				{ id: both.id, customerId: customer, url: both.url, secrets: [both.secret], headers: {} },
 			]),
 		);
 		expect(byId(await subscribers(CAPTURE_READY))).toEqual(
 			byId([
-				{ id: both.id, customerId: customer, url: both.url, secrets: [both.secret] },
-				{ id: captures.id, customerId: customer, url: captures.url, secrets: [captures.secret] },
+				{ id: both.id, customerId: customer, url: both.url, secrets: [both.secret], headers: {} },
+				{ id: captures.id, customerId: customer, url: captures.url, secrets: [captures.secret], headers: {} },
 			]),
 		);
 		expect(await subscribers("imaging:unknown_topic")).toEqual([]);
@@ -326,8 +332,8 @@ describe.each(testDatabases())("webhooks on %s", database => {
 		});
 		expect([...resolved].sort((a, b) => a.id.localeCompare(b.id))).toEqual(
 			[
-				{ id: active.id, customerId: customer, url: active.url, active: true, secrets: [active.secret] },
-				{ id: inactive.id, customerId: customer, url: inactive.url, active: false, secrets: [inactive.secret] },
+				{ id: active.id, customerId: customer, url: active.url, active: true, secrets: [active.secret], headers: {} },
+				{ id: inactive.id, customerId: customer, url: inactive.url, active: false, secrets: [inactive.secret], headers: {} },
 			].sort((a, b) => a.id.localeCompare(b.id)),
 		);
 		expect(await stack.app.broker.call("webhooks.resolve", { ids: [] })).toEqual([]);

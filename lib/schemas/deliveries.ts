@@ -131,3 +131,26 @@ export function orderStatusMessage(event: TaskingOrderStatusEvent, type: string,
 	}
 	return JSON.stringify({ type, timestamp, data });
 }
+
+/** A recover call schedules at most this many deliveries; `remaining` says how many are left. */
+export const MAX_RECOVER_BATCH = 10_000;
+
+const Instant = z.iso.datetime({ offset: true, message: "must be an ISO 8601 date-time, e.g. 2026-11-21T10:00:00Z" });
+
+/** POST /webhooks/{id}/recover: every failed delivery created in [since, until) gets a fresh attempt. */
+export const RecoverParams = z
+	.object({
+		id: WebhookId,
+		since: Instant.describe("Start of the window (inclusive): deliveries created at or after this moment"),
+		until: Instant.optional().describe("End of the window (exclusive); now when absent"),
+	})
+	.strict()
+	.refine(value => new Date(value.since).getTime() <= Date.now(), { path: ["since"], message: "must not be in the future" })
+	.refine(value => value.until === undefined || new Date(value.until) > new Date(value.since), { path: ["until"], message: "must be later than since" });
+export type RecoverParams = z.infer<typeof RecoverParams>;
+
+export const RecoverResult = z.object({
+	scheduled: z.number().int().describe("Failed deliveries given a fresh attempt now"),
+	remaining: z.number().int().describe(`Failed deliveries in the window left for another call (at most ${MAX_RECOVER_BATCH} per call)`),
+});
+export type RecoverResult = z.infer<typeof RecoverResult>;

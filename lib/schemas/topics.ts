@@ -39,3 +39,13 @@ export const TASKING_ORDER_STATUS: TopicRegistration = {
 	email: true,
 	webhooks: true,
 };
+
+/** Operational topic: a webhook of the customer was disabled (410 Gone, failing, or by a user). */
+export const WEBHOOK_DISABLED: TopicRegistration = {
+	topic: "webhook:disabled",
+	category: "webhook",
+	name: "Webhook disabled",
+	description: "One of your webhooks was disabled: its URL answered 410 Gone, every attempt failed for days, or a user switched it off",
+	email: false,
+	webhooks: true,
+};

@@ -6,6 +6,7 @@ import { z } from "zod";
 import { displayName, PageContext, PageLink, PageQuery } from "./common";
 import { ExternalId } from "./events";
 import { MAX_WEBHOOK_URL_LENGTH } from "../url-policy";
+import { MAX_CUSTOM_HEADERS, headerNameProblem, headerValueProblem } from "../webhook-headers";
 
 export const MAX_WEBHOOK_NAME_LENGTH = 100;
 export const MAX_EVENTS_PER_WEBHOOK = 50;
@@ -25,6 +26,29 @@ export const EventList = z
 	.min(1, "must list at least one event topic")
 	.max(MAX_EVENTS_PER_WEBHOOK, `must list at most ${MAX_EVENTS_PER_WEBHOOK} event topics`)
 	.transform(topics => [...new Set(topics)]);
+
+/**
+ * Custom request headers, name → value. Every problem is reported with the header's name in the
+ * path (`headers.X-Api-Key`), so a client knows which one to fix. Names are kept as sent; two
+ * names that differ only in case are one header, and refused.
+ */
+export const CustomHeaders = z
+	.record(z.string(), z.unknown())
+	.superRefine((headers, ctx) => {
+		const names = Object.keys(headers);
+		if (names.length > MAX_CUSTOM_HEADERS) ctx.addIssue({ code: "custom", message: `must hold at most ${MAX_CUSTOM_HEADERS} headers, not ${names.length}` });
+		const seen = new Set<string>();
+		for (const name of names.slice(0, MAX_CUSTOM_HEADERS * 5)) {
+			const nameProblem = headerNameProblem(name);
+			const valueProblem = nameProblem ? undefined : headerValueProblem(headers[name]);
+			const duplicate = !nameProblem && seen.has(name.toLowerCase()) ? "is listed twice (header names are case-insensitive)" : undefined;
+			seen.add(name.toLowerCase());
+			const problem = nameProblem ?? duplicate ?? valueProblem;
+			if (problem) ctx.addIssue({ code: "custom", path: [name], message: `header "${name.slice(0, 100)}" ${problem}` });
+		}
+	})
+	.transform(headers => headers as Record<string, string>)
+	.describe(`Custom request headers sent with every delivery (at most ${MAX_CUSTOM_HEADERS}; values up to 1 KiB, no CR/LF). Write-only: answers list only \`header_names\`.`);
 
 interface EventFields {
 	events?: string[];
@@ -46,6 +70,7 @@ export const CreateWebhook = z
 		url: WebhookUrl,
 		events: EventList.optional(),
 		event_types: EventList.optional(),
+		headers: CustomHeaders.optional(),
 	})
 	.strict()
 	// `when` runs this even if other fields failed, so the client hears about every problem at once.
@@ -67,17 +92,18 @@ export const UpdateWebhook = z
 		events: EventList.optional(),
 		event_types: EventList.optional(),
 		active: z.boolean().optional(),
+		headers: CustomHeaders.nullable().optional().describe("Replaces every custom header; `{}` or null removes them all"),
 		// Accepted here only so that the answer can say why it is refused.
 		url: z.unknown().optional(),
 	})
 	.strict()
 	.refine(value => value.url === undefined, { path: ["url"], message: URL_IS_FIXED, when: payload => isObject(payload.value) })
 	.refine(
-		value => ["name", "events", "event_types", "active", "url"].some(field => (value as Record<string, unknown>)[field] !== undefined),
-		{ path: [], message: "send at least one of name, events (or event_types), active", when: payload => isObject(payload.value) },
+		value => ["name", "events", "event_types", "active", "headers", "url"].some(field => (value as Record<string, unknown>)[field] !== undefined),
+		{ path: [], message: "send at least one of name, events (or event_types), active, headers", when: payload => isObject(payload.value) },
 	)
 	.refine(eventsAgree, EVENTS_DISAGREE)
-	.transform(({ id, name, events, event_types, active }) => ({ id, name, events: events ?? event_types, active }));
+	.transform(({ id, name, events, event_types, active, headers }) => ({ id, name, events: events ?? event_types, active, headers: headers === null ? {} : headers }));
 export type UpdateWebhook = z.output<typeof UpdateWebhook>;
 
 /** GET/DELETE /webhooks/{id}, POST /webhooks/{id}/rotate, webhooks.find. */
@@ -87,12 +113,21 @@ export type WebhookIdParams = z.output<typeof WebhookIdParams>;
 export const ListWebhooks = PageQuery.strict();
 export type ListWebhooks = z.output<typeof ListWebhooks>;
 
+export const DISABLED_REASONS = ["user", "gone", "failing"] as const;
+export const DisabledReason = z.enum(DISABLED_REASONS);
+export type DisabledReason = z.infer<typeof DisabledReason>;
+
 export const WebhookView = z.object({
 	id: z.uuid(),
 	name: z.string(),
 	url: z.string(),
 	events: z.array(z.string()),
 	active: z.boolean(),
+	disabled_reason: DisabledReason.nullable().describe(
+		"Null while active. `user`: switched off with PATCH; `gone`: the URL answered 410 Gone; `failing`: every attempt failed for WEBHOOK_DISABLE_AFTER",
+	),
+	disabled_at: z.string().nullable().describe("When it was disabled; null while active"),
+	header_names: z.array(z.string()).describe("Names of the custom request headers; their values are never returned"),
 	created_at: z.string(),
 	updated_at: z.string(),
 });
@@ -117,12 +152,24 @@ export type SubscribersParams = z.output<typeof SubscribersParams>;
 export const ResolveParams = z.object({ ids: z.array(WebhookId).max(1000) }).strict();
 export type ResolveParams = z.output<typeof ResolveParams>;
 
+/** webhooks.disable: the dispatcher stops a webhook its receiver told to stop (410) or that kept failing. */
+export const DisableParams = z.object({ id: WebhookId, reason: z.enum(["gone", "failing"]) }).strict();
+export type DisableParams = z.output<typeof DisableParams>;
+
+/** `disabled` is false when the webhook was already disabled (or is gone): nothing changed. */
+export interface DisableResult {
+	disabled: boolean;
+	webhook: (WebhookView & { customerId: string }) | null;
+}
+
 /** Signing secrets in clear, newest first: the current one, then the previous one during its grace. */
 export interface Subscriber {
 	id: string;
 	customerId: string;
 	url: string;
 	secrets: string[];
+	/** Custom request headers in clear (decrypted for the dispatcher only). */
+	headers: Record<string, string>;
 }
 
 export interface ResolvedWebhook extends Subscriber {
@@ -136,6 +183,7 @@ export const WEBHOOK_EVENTS = {
 	updated: "webhooks.updated",
 	removed: "webhooks.removed",
 	rotated: "webhooks.rotated",
+	disabled: "webhooks.disabled",
 } as const;
 
 export interface WebhookChangedEvent {
@@ -150,3 +198,30 @@ export interface WebhookRemovedEvent {
 }
 
 export type WebhookRotatedEvent = WebhookRemovedEvent;
+
+/** The body delivered to webhooks subscribed to the operational topic `webhook:disabled`. */
+export const WebhookDisabledMessage = z.object({
+	type: z.literal("webhook:disabled"),
+	timestamp: z.string().describe("When the webhook was disabled"),
+	data: z.object({
+		webhook_id: z.uuid(),
+		name: z.string(),
+		url: z.string(),
+		reason: DisabledReason,
+		disabled_at: z.string(),
+	}),
+});
+export type WebhookDisabledMessage = z.infer<typeof WebhookDisabledMessage>;
+
+/** Broadcast when a webhook is disabled, whatever the reason (after webhooks.updated). */
+export const WebhookDisabledEvent = z
+	.object({
+		id: WebhookId,
+		customerId: ExternalId,
+		name: z.string().max(MAX_WEBHOOK_NAME_LENGTH),
+		url: WebhookUrl,
+		reason: DisabledReason,
+		disabled_at: z.iso.datetime(),
+	})
+	.strict();
+export type WebhookDisabledEvent = z.infer<typeof WebhookDisabledEvent>;

@@ -52,6 +52,7 @@ export const DeliveryLogMixin: DispatcherMixin = {
 					messageId: messageIdOf(crypto.randomUUID()),
 					body,
 					secrets: target.secrets,
+					headers: target.headers,
 					timeoutMs: this.config.WEBHOOK_TEST_TIMEOUT,
 				});
 				return {
@@ -71,7 +72,7 @@ export const DeliveryLogMixin: DispatcherMixin = {
 				const customerId = this.customerOf(ctx);
 				const { id, status, per_page: perPage, token } = ctx.params;
 				const cursor = decodeCursor(token);
-				await ctx.call("webhooks.find", { id });
+				const webhook: WebhookView = await ctx.call("webhooks.find", { id });
 
 				const matching = (query: Knex.QueryBuilder) => {
 					query.where({ "d.webhook_id": id, "d.customer_id": customerId });
@@ -99,7 +100,7 @@ export const DeliveryLogMixin: DispatcherMixin = {
 					perPage,
 					Number(count),
 					row => ({ at: row.created_at, id: row.id }),
-					row => this.present(row),
+					row => this.present({ ...row, webhook_active: webhook.active }),
 					next => `${DELIVERIES_PATH(id)}?per_page=${perPage}${statusQuery}&token=${encodeURIComponent(next)}`,
 				);
 				return { deliveries: page.items, context: page.context, links: page.links };
@@ -169,13 +170,13 @@ export const DeliveryLogMixin: DispatcherMixin = {
 		async ownedDelivery(this: DispatcherThis, ctx: Context<DeliveryParams, TenantMeta>): Promise<DeliveryRow> {
 			const customerId = this.customerOf(ctx);
 			const { id, delivery_id: deliveryId } = ctx.params;
-			await ctx.call("webhooks.find", { id });
+			const webhook: WebhookView = await ctx.call("webhooks.find", { id });
 			const row: DeliveryRow | undefined = await this.db("deliveries as d")
 				.join("delivery_messages as m", "m.event_id", "d.event_id")
 				.where({ "d.id": deliveryId, "d.webhook_id": id, "d.customer_id": customerId })
 				.first("d.*", "m.type");
 			if (!row) throw new NotFoundError("Delivery");
-			return row;
+			return { ...row, webhook_active: webhook.active };
 		},
 
 		present(this: DispatcherThis, row: DeliveryRow): Delivery {
@@ -190,7 +191,7 @@ export const DeliveryLogMixin: DispatcherMixin = {
 				status: row.status,
 				attempt_count: Number(row.attempt_count),
 				// While leased the column holds the lease expiry, not a plan: the attempt is under way.
-				next_attempt_at: row.status !== "pending" || underWay ? null : row.next_attempt_at,
+				next_attempt_at: row.status !== "pending" || underWay || row.webhook_active === false ? null : row.next_attempt_at,
 				last_attempt_at: row.last_attempt_at,
 				last_status_code: row.last_status_code === null ? null : Number(row.last_status_code),
 				last_error_kind: row.last_error_kind,

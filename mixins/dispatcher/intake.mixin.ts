@@ -130,7 +130,10 @@ export const IntakeMixin: DispatcherMixin = {
 					const user: { customer_id: string } = await (ctx ?? this.broker).call("users.get", { userId: event.user_id });
 					customerId = user.customer_id;
 				} catch (err) {
-					if ((err as { code?: number }).code !== 404) throw err;
+					// Only the users service saying "no such user" makes the event invalid. Moleculer's
+					// ServiceNotFoundError (users not discovered yet, or down) is a 404 too, but it is a
+					// dependency failure: redeliver or retry, never reject a valid event for it.
+					if ((err as { code?: number }).code !== 404 || isDependencyFailure(err)) throw err;
 					await this.recordRejection(source, payload, `user_id: unknown user "${event.user_id}" and no customer_id given`);
 					throw invalidField("user_id", "is not a known user, and no customer_id was given");
 				}
@@ -233,7 +236,7 @@ export const IntakeMixin: DispatcherMixin = {
 			}
 
 			for (const subscribers of subscriberLists) {
-				for (const subscriber of subscribers) this.cacheTarget(subscriber.id, { id: subscriber.id, url: subscriber.url, active: true, secrets: subscriber.secrets });
+				for (const subscriber of subscribers) this.cacheTarget(subscriber.id, { id: subscriber.id, url: subscriber.url, active: true, secrets: subscriber.secrets, headers: subscriber.headers });
 			}
 			for (const delivery of leased) this.enqueue(delivery);
 			if (claimNow) {

@@ -9,6 +9,7 @@ import { isPostgres, nowIso } from "../db.mixin";
 import { sqliteBoolean, sqliteConnectionOf } from "../../lib/sqlite-statements";
 import { chunks, rowsOf } from "../../lib/sql-rows";
 import { scheduleNextAttempt } from "../../lib/retry-schedule";
+import { honourRetryAfter } from "../../lib/retry-after";
 import type { DeliveryOutcome } from "../../lib/webhook-sender";
 import {
 	DEPENDENCY_RETRY_MS,
@@ -35,21 +36,30 @@ export const ResultsMixin: DispatcherMixin = {
 			const result = outcome.success ? "succeeded" : "failed";
 			this.metrics.attempts.inc({ result });
 			this.metrics.duration.observe({ result }, outcome.durationMs / 1000);
+			this.noteOutcome(delivery.webhookId, outcome, attemptCount);
 			if (outcome.success) {
 				this.metrics.deliveries.inc({ status: "succeeded" });
 				return { delivery, status: "succeeded", attemptCount, nextAttemptAt: null, parked: false, manualRetry: false, outcome };
 			}
-			const next = delivery.manualRetry
+			if (outcome.statusCode === 410) {
+				// The receiver says the endpoint is gone for good: disable the webhook, park this delivery.
+				void this.disableWebhook(delivery.webhookId, "gone");
+				return { delivery, status: "pending", attemptCount, nextAttemptAt: null, parked: true, manualRetry: delivery.manualRetry, outcome };
+			}
+			const firstAttemptAt = new Date(delivery.firstAttemptAt ?? outcome.attemptedAt);
+			const scheduled = delivery.manualRetry
 				? null
 				: scheduleNextAttempt({
-						firstAttemptAt: new Date(delivery.firstAttemptAt ?? outcome.attemptedAt),
+						firstAttemptAt,
 						attemptsMade: attemptCount,
 						offsets: this.config.DELIVERY_RETRY_SCHEDULE,
 						now: new Date(),
 					});
+			// A Retry-After (429/502/503/504) delays the retry, within the schedule's window.
+			const next = scheduled && honourRetryAfter(scheduled, outcome.retryAfter ? new Date(outcome.retryAfter) : null, firstAttemptAt, this.config.DELIVERY_RETRY_SCHEDULE);
 			if (!next) {
 				this.metrics.deliveries.inc({ status: "failed" });
-				this.logger.info(`Delivery ${delivery.id} failed after ${attemptCount} attempt(s): ${outcome.detail}`);
+				this.logger.info(`Delivery ${delivery.id} of webhook ${delivery.webhookId} failed after ${attemptCount} attempt(s): ${outcome.detail}`);
 				return { delivery, status: "failed", attemptCount, nextAttemptAt: null, parked: false, manualRetry: false, outcome };
 			}
 			return { delivery, status: "pending", attemptCount, nextAttemptAt: next.toISOString(), parked: false, manualRetry: false, outcome };
@@ -69,12 +79,12 @@ export const ResultsMixin: DispatcherMixin = {
 				for (let attempt = 1; ; attempt += 1) {
 					try {
 						const matched = await this.results.add(update);
-						if (!matched) this.logger.debug(`Delivery ${delivery.id}: lease lost before the result was written (taken over, cancelled or retried by hand)`);
+						if (!matched) this.logger.debug(`Delivery ${delivery.id} of webhook ${delivery.webhookId}: lease lost before the result was written (taken over, cancelled or retried by hand)`);
 						return;
 					} catch (err) {
 						// Past the lease the write is pointless: the row is due again and someone retries it.
 						if (this.stopping || Date.now() > delivery.leaseExpiresAt) {
-							this.logger.error(`Delivery ${delivery.id}: result not written; it will be attempted again once its lease expires`, err);
+							this.logger.error(`Delivery ${delivery.id} of webhook ${delivery.webhookId}: result not written; it will be attempted again once its lease expires`, err);
 							return;
 						}
 						await sleep(DEPENDENCY_RETRY_MS * attempt);

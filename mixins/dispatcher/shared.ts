@@ -9,6 +9,8 @@ import type { counter, histogram } from "../../lib/metrics";
 import type { DeliveryOutcome, WebhookSender } from "../../lib/webhook-sender";
 import type { ResolvedWebhook } from "../../lib/schemas/webhooks";
 import type { Attempt, Delivery, DeliveryParams, DeliveryStatus, PublishResult } from "../../lib/schemas/deliveries";
+import type { WebhookDisabledEvent } from "../../lib/schemas/webhooks";
+import type { WebhookHealth } from "./lifecycle.mixin";
 
 // A worker may hold (queued + in flight) this many leases per unit of concurrency, so that the
 // next request can start the moment one finishes, without holding leases it cannot serve soon.
@@ -70,6 +72,8 @@ export interface DeliveryRow {
 	updated_at: string;
 	/** From delivery_messages, joined in for the log. */
 	type?: string;
+	/** From webhooks.find, for the log: a disabled webhook's deliveries have no next attempt. */
+	webhook_active?: boolean;
 }
 
 /** What intake writes; the other columns start at their defaults (0, false, null). */
@@ -119,7 +123,7 @@ export interface DeliveryUpdate {
 }
 
 /** A webhook as the worker needs it; `null` in the cache means it no longer exists. */
-export type Target = Pick<ResolvedWebhook, "id" | "url" | "active" | "secrets">;
+export type Target = Pick<ResolvedWebhook, "id" | "url" | "active" | "secrets" | "headers">;
 
 export interface IntakeItem {
 	eventId: string;
@@ -205,6 +209,14 @@ export type DispatcherThis = DbServiceThis & {
 	recheckParked(): Promise<void>;
 	resumeParked(webhookId: string): Promise<void>;
 	cancelPending(webhookId: string): Promise<number>;
+	// lifecycle.mixin.ts
+	health: Map<string, WebhookHealth>;
+	healthTimer: NodeJS.Timeout | null;
+	noteOutcome(webhookId: string, outcome: DeliveryOutcome, attemptCount: number): void;
+	flushHealth(): Promise<void>;
+	disableWebhook(webhookId: string, reason: "gone" | "failing"): Promise<void>;
+	parkPending(webhookId: string): Promise<number>;
+	notifyDisabled(notice: WebhookDisabledEvent): Promise<void>;
 	// delivery-log.mixin.ts
 	customerOf(ctx: Context<unknown, TenantMeta>): string;
 	ownedDelivery(ctx: Context<DeliveryParams, TenantMeta>): Promise<DeliveryRow>;

@@ -161,7 +161,7 @@ export const WorkerMixin: DispatcherMixin = {
 					const byId = new Map(found.map(webhook => [webhook.id, webhook]));
 					for (const id of ids) {
 						const webhook = byId.get(id);
-						this.cacheTarget(id, webhook ? { id, url: webhook.url, active: webhook.active, secrets: webhook.secrets } : null);
+						this.cacheTarget(id, webhook ? { id, url: webhook.url, active: webhook.active, secrets: webhook.secrets, headers: webhook.headers } : null);
 					}
 				}
 			} catch (err) {
@@ -178,7 +178,7 @@ export const WorkerMixin: DispatcherMixin = {
 			this.inFlight += 1;
 			this.inFlightByWebhook.set(delivery.webhookId, (this.inFlightByWebhook.get(delivery.webhookId) ?? 0) + 1);
 			const attempt = this.sender
-				.send({ url: target.url, messageId: messageIdOf(delivery.id), body: delivery.body, secrets: target.secrets, timeoutMs: this.config.DELIVERY_TIMEOUT })
+				.send({ url: target.url, messageId: messageIdOf(delivery.id), body: delivery.body, secrets: target.secrets, headers: target.headers, timeoutMs: this.config.DELIVERY_TIMEOUT })
 				.then(outcome => {
 					if (outcome.success) this.failingWebhooks.delete(delivery.webhookId);
 					else this.failingWebhooks.add(delivery.webhookId);
@@ -188,7 +188,7 @@ export const WorkerMixin: DispatcherMixin = {
 				.catch(err => {
 					// The sender reports network trouble as outcomes; this is a bug. The lease will expire
 					// and the delivery will be attempted again.
-					this.logger.error(`Attempt of delivery ${delivery.id} failed unexpectedly`, err);
+					this.logger.error(`Attempt of delivery ${delivery.id} of webhook ${delivery.webhookId} failed unexpectedly`, err);
 				})
 				.finally(() => {
 					this.inFlight -= 1;

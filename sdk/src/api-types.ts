@@ -7,6 +7,7 @@ export type CreateWebhookInput = {
 	url: string;
 	events?: string[] | undefined;
 	event_types?: string[] | undefined;
+	headers?: Record<string, unknown> | undefined;
 };
 
 export type Delivery = {
@@ -95,6 +96,18 @@ export type Problem = {
 		path: string;
 		message: string;
 	}[] | undefined;
+	errors_omitted?: number | undefined;
+};
+
+/** POST /webhooks/{id}/recover: the window of failed deliveries to attempt again. */
+export type RecoverInput = {
+	since: string;
+	until?: string | undefined;
+};
+
+export type RecoverResult = {
+	scheduled: number;
+	remaining: number;
 };
 
 /** Any of name, events (or event_types), active. The URL cannot change. */
@@ -102,6 +115,7 @@ export type UpdateWebhookInput = {
 	name?: string | undefined;
 	events?: string[] | undefined;
 	event_types?: string[] | undefined;
+	headers?: Record<string, unknown> | null | undefined;
 	active?: boolean | undefined;
 };
 
@@ -129,12 +143,52 @@ export type Webhook = {
 	url: string;
 	events: string[];
 	active: boolean;
+	disabled_reason: "user" | "gone" | "failing" | null;
+	disabled_at: string | null;
+	header_names: string[];
 	created_at: string;
 	updated_at: string;
 };
 
+export type WebhookDisabledEvent = {
+	type: "webhook:disabled";
+	timestamp: string;
+	data: {
+		webhook_id: string;
+		name: string;
+		url: string;
+		reason: "user" | "gone" | "failing";
+		disabled_at: string;
+	};
+};
+
 /** A verified delivery's body, discriminated by `type`. */
-export type WebhookEvent = OrderStatusEvent | WebhookTestEvent;
+export type WebhookEvent = OrderStatusEvent | WebhookDisabledEvent | WebhookTestEvent;
+
+/** GET /webhooks/{id}/stats: deliveries and attempts per hour. */
+export type WebhookStats = {
+	webhook_id: string;
+	window: "24h";
+	from: string;
+	to: string;
+	buckets: {
+		start: string;
+		succeeded: number;
+		failed: number;
+		pending: number;
+		cancelled: number;
+		attempts_succeeded: number;
+		attempts_failed: number;
+	}[];
+	totals: {
+		pending: number;
+		succeeded: number;
+		failed: number;
+		cancelled: number;
+		attempts_succeeded: number;
+		attempts_failed: number;
+	};
+};
 
 export type WebhookTestEvent = {
 	type: "webhook:test";

@@ -16,6 +16,9 @@ import type {
 	Webhook,
 	WebhookTestResult,
 	WebhookWithSecret,
+	RecoverInput,
+	RecoverResult,
+	WebhookStats,
 } from "./api-types";
 
 export interface ClientOptions {
@@ -138,6 +141,10 @@ export class SatelliteWebhooksClient {
 		test: (id: string): Promise<WebhookTestResult> => this.call("POST", `/webhooks/${segment(id)}/test`),
 		/** Issues a new secret; the old one keeps signing, as a second signature, during the grace period. */
 		rotate: (id: string): Promise<WebhookWithSecret> => this.call("POST", `/webhooks/${segment(id)}/rotate`),
+		/** After an outage: a fresh attempt now for every failed delivery created in the window (202). */
+		recover: (id: string, window: RecoverInput): Promise<RecoverResult> => this.call("POST", `/webhooks/${segment(id)}/recover`, { body: window }),
+		/** Deliveries and attempts per hour over the last 24 hours. */
+		stats: (id: string): Promise<WebhookStats> => this.call("GET", `/webhooks/${segment(id)}/stats`),
 	};
 
 	readonly deliveries = {

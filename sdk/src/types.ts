@@ -4,12 +4,15 @@
 // SDK uses, so that the package imports nothing from outside itself.
 import type { z } from "zod";
 import type { WebhookTopic } from "../../lib/schemas/topics";
-import type { CreateWebhook, UpdateWebhook, WebhookView, WebhookWithSecret as WebhookWithSecretSchema } from "../../lib/schemas/webhooks";
+import type { CreateWebhook, UpdateWebhook, WebhookDisabledMessage, WebhookView, WebhookWithSecret as WebhookWithSecretSchema } from "../../lib/schemas/webhooks";
+import type { WebhookStats as WebhookStatsSchema } from "../../lib/schemas/delivery-stats";
 import type {
 	Delivery as DeliverySchema,
 	DeliveryStatus as DeliveryStatusSchema,
 	DeliveryWithAttempts as DeliveryWithAttemptsSchema,
 	OrderStatusMessage,
+	RecoverParams,
+	RecoverResult as RecoverResultSchema,
 	WebhookTestMessage,
 	WebhookTestOutcome,
 } from "../../lib/schemas/deliveries";
@@ -30,6 +33,12 @@ export type CreateWebhookInput = z.input<typeof CreateWebhook>;
 export type UpdateWebhookInput = Omit<z.input<typeof UpdateWebhook>, "id" | "url">;
 export type WebhookTestResult = Webhook & DeepPlain<WebhookTestOutcome>;
 
+/** POST /webhooks/{id}/recover: the window of failed deliveries to attempt again. */
+export type RecoverInput = Omit<z.input<typeof RecoverParams>, "id">;
+export type RecoverResult = z.infer<typeof RecoverResultSchema>;
+/** GET /webhooks/{id}/stats: deliveries and attempts per hour. */
+export type WebhookStats = z.infer<typeof WebhookStatsSchema>;
+
 export type DeliveryStatus = z.infer<typeof DeliveryStatusSchema>;
 export type Delivery = z.infer<typeof DeliverySchema>;
 export type DeliveryWithAttempts = Delivery & DeepPlain<Omit<z.infer<typeof DeliveryWithAttemptsSchema>, keyof Delivery>>;
@@ -44,6 +53,7 @@ export type FieldProblem = DeepPlain<FieldProblemInterface>;
 export type Problem = DeepPlain<ProblemInterface>;
 
 /** A verified delivery's body, discriminated by `type`. */
-export type WebhookEvent = OrderStatusMessage | WebhookTestMessage;
+export type WebhookEvent = OrderStatusMessage | WebhookTestMessage | WebhookDisabledMessage;
 export type OrderStatusEvent = OrderStatusMessage;
 export type WebhookTestEvent = WebhookTestMessage;
+export type WebhookDisabledEvent = WebhookDisabledMessage;

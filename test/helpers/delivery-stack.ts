@@ -2,6 +2,9 @@
 // real database, plus a real HTTPS receiver (self-signed certificate, trusted through
 // WEBHOOK_CA_FILE, loopback allowed through WEBHOOK_ALLOW_NETS). Each webhook gets its own path
 // on the receiver, with its own scripted answers.
+import crypto from "node:crypto";
+import type { ServiceBroker } from "moleculer";
+import { metricsOf } from "../../lib/metrics";
 import { startStack, type Stack, type StackOptions } from "./stack";
 import { startHttpsReceiver, verifyDelivery, type HttpsReceiver, type ReceivedRequest, type Responder, type ScriptedResponse } from "./https-receiver";
 import type { DatabaseKind } from "./services";
@@ -102,3 +105,54 @@ export function verified(request: ReceivedRequest, secret: string): any {
 }
 
 export type OrderEvent = TaskingOrderStatusInput;
+
+export interface TestCustomer {
+	id: string;
+	userId: string;
+	token: string;
+}
+
+/** A fresh customer with one user, so tests sharing a stack keep their webhooks apart. `signIn` records the user (with an email address). */
+export async function newCustomer(stack: Stack, options: { signIn?: boolean } = {}): Promise<TestCustomer> {
+	const id = `cust-${crypto.randomBytes(4).toString("hex")}`;
+	const userId = `user-${id}`;
+	const token = await stack.token(userId, { customer: id, email: `${userId}@example.com` });
+	if (options.signIn) await stack.request("GET", "/id/v3/user/details", { token });
+	return { id, userId, token };
+}
+
+/** A valid tasking order status event for the customer, with a fresh event_id. */
+export function orderEvent(customer: { id: string; userId: string }, extra: Partial<OrderEvent> = {}): OrderEvent {
+	return {
+		event_id: crypto.randomUUID(),
+		customer_id: customer.id,
+		user_id: customer.userId,
+		order_id: `order-${crypto.randomBytes(4).toString("hex")}`,
+		status: "fulfilled",
+		...extra,
+	};
+}
+
+/** A second stack running webhooks and a dispatcher on the first one's database, as another instance would. */
+export function startSecondDispatcher(first: DeliveryStack, database: DatabaseKind, env: Record<string, string>): Promise<Stack> {
+	return startStack({
+		services: ["webhooks", "dispatcher"],
+		database,
+		dataDir: first.stack.dataDir,
+		schema: first.stack.schema,
+		env: { ...FAST_DELIVERY_ENV, ...env, WEBHOOK_CA_FILE: first.caFile },
+	});
+}
+
+/** Stops a stack from startSecondDispatcher, leaving the shared data to the first one. */
+export async function stopSecondDispatcher(second: Stack | undefined): Promise<void> {
+	await second?.stopServices();
+	await second?.db.destroy();
+}
+
+/** Delivery attempts this broker's dispatcher made, from its metrics. */
+export async function attemptsMadeBy(broker: ServiceBroker): Promise<number> {
+	const metric = metricsOf(broker).getSingleMetric("webhook_delivery_attempts_total");
+	const { values } = await metric!.get();
+	return values.reduce((sum, value) => sum + value.value, 0);
+}

@@ -32,6 +32,8 @@ export interface ReceivedRequest {
 	/** The raw body exactly as received (UTF-8). */
 	body: string;
 	receivedAt: Date;
+	/** The status the receiver answered, once it did (unset while it hangs or waits). */
+	answeredStatus?: number;
 }
 
 export interface ScriptedResponse {
@@ -161,6 +163,7 @@ export async function startHttpsReceiver(options: HttpsReceiverOptions = {}): Pr
 		}
 		response.writeHead(status, headers);
 		response.end(scripted.body ?? "");
+		received.answeredStatus = status;
 	}
 
 	const server = https.createServer({ key, cert }, (request, response) => {

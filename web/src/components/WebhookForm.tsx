@@ -23,6 +23,8 @@ function messagesFor(error: ApiError | null, field: "name" | "url" | "events"): 
 	return field === "events" ? [...error.forField("events"), ...error.forField("event_types")] : error.forField(field);
 }
 
+const MAIN_TOPIC = "tasking:order_status";
+
 export function WebhookForm(props: {
 	idPrefix: string;
 	topics: WebhookTopic[];
@@ -38,7 +40,8 @@ export function WebhookForm(props: {
 	useEffect(() => {
 		if (props.focusOnOpen) nameInput.current?.focus();
 	}, []);
-	const [values, setValues] = useState<WebhookFormValues>(props.initial ?? { name: "", url: "", events: props.topics.length === 1 ? [props.topics[0].topic] : [] });
+	// Most webhooks want the platform's main topic, so a new form starts with it ticked.
+	const [values, setValues] = useState<WebhookFormValues>(props.initial ?? { name: "", url: "", events: props.topics.map(topic => topic.topic).filter(topic => topic === MAIN_TOPIC) });
 	const [error, setError] = useState<ApiError | null>(null);
 	const [busy, setBusy] = useState(false);
 	const id = (field: string) => `${props.idPrefix}-${field}`;

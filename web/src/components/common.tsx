@@ -4,6 +4,7 @@ import type { ComponentChildren } from "preact";
 import { useEffect, useId, useRef, useState } from "preact/hooks";
 import { onLinkClick } from "../router";
 import type { ApiError } from "../api";
+import type { Webhook } from "../types";
 
 export function Link(props: { href: string; children: ComponentChildren; class?: string; current?: boolean }) {
 	return (
@@ -151,4 +152,22 @@ export function formatTime(iso: string | null | undefined): string {
 	if (!iso) return "—";
 	const date = new Date(iso);
 	return date.toLocaleString(undefined, { year: "numeric", month: "short", day: "numeric", hour: "2-digit", minute: "2-digit", second: "2-digit" });
+}
+
+const DISABLED_BECAUSE: Record<NonNullable<Webhook["disabled_reason"]>, string> = {
+	user: "Disabled by a user",
+	gone: "Disabled: the endpoint answered 410 Gone",
+	failing: "Disabled: every delivery failed for days",
+};
+
+/** Why and since when a webhook is disabled; nothing while it is enabled. */
+export function DisabledNote(props: { webhook: Webhook }) {
+	const { disabled_reason: reason, disabled_at: since } = props.webhook;
+	if (props.webhook.active || !reason) return null;
+	return (
+		<p class="disabled-note">
+			{DISABLED_BECAUSE[reason]}
+			{since && ` (since ${formatTime(since)})`}. Enable it to resume its paused deliveries.
+		</p>
+	);
 }

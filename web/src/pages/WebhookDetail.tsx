@@ -2,7 +2,7 @@
 // form, the 24-hour health chart and the delivery log.
 import { useEffect, useState } from "preact/hooks";
 import { Api, ApiError } from "../api";
-import { ConfirmDialog, Feedback, Link, ProblemBanner, SecretPanel, Switch } from "../components/common";
+import { ConfirmDialog, DisabledNote, Feedback, Link, ProblemBanner, SecretPanel, Switch } from "../components/common";
 import { WebhookForm, type WebhookFormValues } from "../components/WebhookForm";
 import { HealthChart } from "../components/HealthChart";
 import { DeliveryLog } from "../components/DeliveryLog";
@@ -116,6 +116,7 @@ export function WebhookDetailPage(props: { api: Api; id: string }) {
 				<Switch checked={webhook.active} label={`Deliveries to ${webhook.name}`} text={["Enabled", "Disabled"]} onChange={toggle} />
 			</div>
 			<p class="mono break">{webhook.url}</p>
+			<DisabledNote webhook={webhook} />
 			<Feedback error={error} status={status} />
 			{secret && <SecretPanel name={secret.name} secret={secret.secret} rotated onDone={() => setSecret(null)} />}
 

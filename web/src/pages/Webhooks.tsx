@@ -2,7 +2,7 @@
 // says what a webhook is, and the create form. After a create the secret is shown once.
 import { useEffect, useState } from "preact/hooks";
 import { Api, ApiError } from "../api";
-import { Feedback, Link, SecretPanel, Switch } from "../components/common";
+import { DisabledNote, Feedback, Link, SecretPanel, Switch } from "../components/common";
 import { WebhookForm, type WebhookFormValues } from "../components/WebhookForm";
 import type { Webhook, WebhookPage, WebhookTopic, WebhookWithSecret } from "../types";
 
@@ -105,6 +105,7 @@ export function WebhooksPage(props: { api: Api }) {
 								</div>
 								<div class="webhook-status">
 									<Switch checked={webhook.active} label={`Deliveries to ${webhook.name}`} text={["Enabled", "Disabled"]} onChange={active => toggle(webhook, active)} />
+									<DisabledNote webhook={webhook} />
 								</div>
 							</li>
 						))}

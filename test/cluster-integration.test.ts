@@ -1,0 +1,82 @@
+// The cluster as issue 8 describes it, every role its own process over this test's own NATS
+// with JetStream and a PostgreSQL schema: a gateway (api, topics, webhooks, users), two
+// dispatchers and a notifier. Webhooks are created and email is turned on over HTTP; 1,000
+// events come from an outside Moleculer node through the durable channel. Every delivery must
+// reach the HTTPS receiver with a valid Standard Webhooks signature, every expected email the
+// SMTP server, and nothing may go to the wrong customer or user.
+import {
+	Cluster,
+	describeCluster,
+	emailWorthy,
+	orderEvents,
+	printFigures,
+	withClusterLogs,
+	type ClusterWebhook,
+} from "./helpers/cluster";
+import type { TaskingOrderStatusInput } from "../lib/schemas/events";
+
+const EVENTS = 1_000;
+const OTHER_CUSTOMER_EVENTS = 50;
+
+describeCluster("cluster: gateway, two dispatchers and a notifier as processes", () => {
+	let cluster: Cluster | undefined;
+
+	beforeAll(async () => {
+		cluster = await Cluster.start({ label: "integration" });
+		await withClusterLogs(cluster, () =>
+			cluster!.startRoles(["gateway", "gateway"], ["dispatcher", "dispatcher-1"], ["dispatcher", "dispatcher-2"], ["notifier", "notifier"]),
+		);
+	}, 120_000);
+	afterAll(() => cluster?.close(), 60_000);
+
+	it("delivers 1,000 channel events to every webhook, signed, and every expected email", async () => {
+		await withClusterLogs(cluster, async () => {
+			const c = cluster!;
+			const alice = await c.token("alice", { customer: "acme", email: "alice@example.com", name: "Alice" });
+			const bob = await c.token("bob", { customer: "acme", email: "bob@example.com", name: "Bob" });
+			const carol = await c.token("carol", { customer: "globex", email: "carol@example.com", name: "Carol" });
+			await c.optInToEmail(alice);
+			// Bob is known (his token was seen) but never turned email on: he gets none.
+			expect((await c.request("GET", "/id/v3/user/details", { token: bob })).status).toBe(200);
+			const acmeHooks: ClusterWebhook[] = [await c.createWebhook(alice, "acme"), await c.createWebhook(bob, "acme")];
+			const globexHook = await c.createWebhook(carol, "globex");
+
+			// As producers send them: some without customer_id (looked up from the user, across
+			// processes), some without event_id (the stream position stands in), statuses in any case.
+			const acmeEvents = orderEvents(EVENTS, { customer: "acme", users: ["alice", "bob"], prefix: "acme" }).map((event, index) => {
+				const shaped: TaskingOrderStatusInput = { ...event, status: index % 3 === 0 ? String(event.status).toUpperCase() : event.status };
+				if (index % 10 === 1) delete shaped.customer_id;
+				if (index % 10 === 2) delete shaped.event_id;
+				return shaped;
+			});
+			const globexEvents = orderEvents(OTHER_CUSTOMER_EVENTS, { customer: "globex", users: ["carol"], prefix: "globex" });
+			const events = [...acmeEvents, ...globexEvents];
+			const sent = await c.send(events);
+			expect(sent).toBe(events.length);
+
+			const hooks = [...acmeHooks, globexHook];
+			await c.waitForDeliveries(acmeHooks, acmeEvents, 180_000);
+			await c.waitForDeliveries([globexHook], globexEvents, 60_000);
+			const expectedEmails = emailWorthy(events, "alice");
+			await c.waitForEmails(expectedEmails, events, 180_000);
+
+			const figures = c.deliveryFigures(hooks, events, sent);
+			const emails = c.emailFigures(expectedEmails, events);
+			const attemptsByDispatcher = {
+				"dispatcher-1": await c.role("dispatcher-1").metric("webhook_delivery_attempts_total"),
+				"dispatcher-2": await c.role("dispatcher-2").metric("webhook_delivery_attempts_total"),
+			};
+			printFigures("integration", { ...figures, emails, attempts_by_dispatcher: attemptsByDispatcher });
+
+			expect(figures).toMatchObject({ expected: 2 * EVENTS + OTHER_CUSTOMER_EVENTS, lost: 0, bad_signatures: 0, wrong_payloads: 0, unexpected: 0, split_deliveries: 0 });
+			expect(emails).toMatchObject({ expected: expectedEmails.length, lost: 0, unexpected: 0 });
+			// Every event was valid: none may have been recorded as rejected.
+			expect(await c.db("delivery_rejected_events").select("reason")).toEqual([]);
+			expect(await c.db("email_rejected_events").select("errors")).toEqual([]);
+			expect(c.smtp.received.every(mail => mail.envelope.to.join() === "alice@example.com")).toBe(true);
+			// Both dispatcher processes took part.
+			expect(attemptsByDispatcher["dispatcher-1"]).toBeGreaterThan(0);
+			expect(attemptsByDispatcher["dispatcher-2"]).toBeGreaterThan(0);
+		});
+	}, 300_000);
+});

@@ -1,0 +1,65 @@
+// Auto-disable with two dispatcher instances (two brokers) on one database: the failure streak
+// lives in the database, so a success seen by either instance ends it, and a dead webhook is
+// disabled once, with one webhook:disabled notice, whichever instance decides. SQLite and PostgreSQL.
+import type { Stack } from "./helpers/stack";
+import { testDatabases } from "./helpers/services";
+import {
+	attemptsMadeBy,
+	newCustomer,
+	orderEvent,
+	sleep,
+	startDeliveryStack,
+	startSecondDispatcher,
+	stopSecondDispatcher,
+	waitUntil,
+	type DeliveryStack,
+} from "./helpers/delivery-stack";
+
+// Small capacity, so both instances' poll loops claim retries; a test-sized failure window.
+const INSTANCE_ENV = { DELIVERY_CONCURRENCY: "2", DELIVERY_WEBHOOK_CONCURRENCY: "1", WEBHOOK_DISABLE_AFTER: "2s" };
+
+describe.each(testDatabases())("auto-disable across two dispatcher instances on %s", database => {
+	let first: DeliveryStack;
+	let second: Stack;
+
+	beforeAll(async () => {
+		first = await startDeliveryStack(database, { env: INSTANCE_ENV });
+		second = await startSecondDispatcher(first, database, INSTANCE_ENV);
+	});
+	afterAll(async () => {
+		await stopSecondDispatcher(second);
+		await first?.stop();
+	});
+
+	it("keeps a webhook that succeeds now and then on either instance, and disables a dead one once", async () => {
+		const alice = await newCustomer(first.stack);
+		const flaky = await first.createWebhook(alice.token);
+		const dead = await first.createWebhook(alice.token);
+		const watcher = await first.createWebhook(alice.token, { events: ["webhook:disabled"] });
+		let flakyCalls = 0;
+		first.script(flaky, [], () => ({ status: ++flakyCalls % 4 === 0 ? 200 : 500 }));
+		first.script(dead, [], { status: 500 });
+
+		const firstBefore = await attemptsMadeBy(first.stack.app.broker);
+		const secondBefore = await attemptsMadeBy(second.app.broker);
+		for (let i = 0; i < 6; i++) await first.stack.app.broker.call("dispatcher.publish", orderEvent(alice));
+
+		const disabled = await waitUntil(
+			async () => (await first.stack.request("GET", `/id/v3/webhooks/${dead.id}`, { token: alice.token })).body,
+			body => body.active === false,
+			"the dead webhook to be disabled",
+		);
+		expect(disabled.disabled_reason).toBe("failing");
+		await waitUntil(() => first.stack.db("deliveries").where({ webhook_id: flaky.id, status: "pending" }), rows => rows.length === 0, "the flaky webhook's deliveries to finish");
+		// Both instances attempted deliveries: the streak really was shared.
+		expect(await attemptsMadeBy(first.stack.app.broker)).toBeGreaterThan(firstBefore);
+		expect(await attemptsMadeBy(second.app.broker)).toBeGreaterThan(secondBefore);
+		const flakyNow = (await first.stack.request("GET", `/id/v3/webhooks/${flaky.id}`, { token: alice.token })).body;
+		expect(flakyNow).toMatchObject({ active: true, disabled_reason: null });
+
+		await waitUntil(() => first.received(watcher), requests => requests.length >= 1, "the notice");
+		await sleep(1_000);
+		expect(first.received(watcher)).toHaveLength(1);
+		expect(await first.stack.db("deliveries").where({ webhook_id: watcher.id })).toHaveLength(1);
+	});
+});
