@@ -1,313 +1,526 @@
 // Delivery benchmark (npm run bench, "delivery" part; or `tsx bench/delivery.ts` alone).
 //
-// 1. Raw baseline: signed Standard Webhooks POSTs with undici straight to a loopback HTTPS
-//    receiver, CONCURRENCY at a time, no broker, no database.
-// 2. The dispatcher: events through the real services (moleculer, intake, persistence, leases,
-//    sender, result writes) to the same receiver with DELIVERY_CONCURRENCY = CONCURRENCY,
-//    counted until every delivery is recorded as succeeded in the database:
-//    - sustained: load matched to capacity (at most 4 × CONCURRENCY events not yet delivered);
-//    - burst: every event published at once, the backlog drained through claims.
-// 3. Latency from event to first attempt at half of the sustained rate (open loop).
+// Every role runs as a process of its own, as in production: the receivers (one HTTPS port per
+// endpoint, bench/lib/receiver.ts), the service nodes (bench/lib/service-node.ts, the app as
+// `npm start` or `npm run cluster` runs it) and the bare relay (bench/lib/relay-node.ts). This
+// process is the outside producer: a Moleculer node sending `tasking.order_status` events to
+// the durable JetStream channel, as README's producer example does.
 //
-// The receiver runs in a worker thread, so it has its own event loop as a real one would.
-// Embedded default: SQLite under a temporary DATA_DIR; BENCH_DATABASE_URL=postgres://… measures
-// PostgreSQL instead (in a throw-away schema).
+// 1. Floor: the fastest plain loop of signed POSTs we can write (undici, node:crypto HMAC over
+//    the bytes sent), CONCURRENCY at a time spread over the healthy endpoints, no broker, no
+//    database. Measured before and after everything else; the mean is the floor.
+// 2. Throughput: EVENTS events × HEALTHY webhooks of one customer, at most IN_SYSTEM events not
+//    yet delivered, counted until every delivery is recorded as succeeded in the database.
+// 3. Latency, event sent → request arriving at the receiver, open loop at half the measured
+//    throughput, on a freshly started node: the first START_SECONDS, then STEADY_SECONDS of
+//    steady state. The same load through the bare relay gives the comparison.
+// Scenarios: SQLite (one node, embedded database), PostgreSQL (one node), cluster (a gateway
+// node and two dispatcher processes on PostgreSQL), and bad neighbours (SQLite: the healthy
+// webhooks with and without one endpoint answering after 100 ms and one always answering 500,
+// whose retries are due all the time).
+//
+// BENCH_SCENARIOS=sqlite,postgresql,cluster,neighbours picks scenarios; BENCH_PROFILE_DIR=<dir>
+// runs the service nodes with --cpu-prof into that folder. BENCH_DATABASE_URL is the PostgreSQL
+// server (default postgres://postgres@127.0.0.1:5432/test), BENCH_NATS_URL the NATS server.
 import crypto from "node:crypto";
 import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
-import { performance } from "node:perf_hooks";
-import { Worker } from "node:worker_threads";
-import type { Knex } from "knex";
-import { Agent, request } from "undici";
-import type { App } from "../app";
+import knex, { type Knex } from "knex";
+import { ServiceBroker } from "moleculer";
+import { connect } from "nats";
+import { Agent } from "undici";
 import { generateWebhookSecret } from "../lib/crypto";
-import { signMessage } from "../lib/signing";
+import { parseConfig } from "../lib/config";
+import { intakeMiddlewares, ORDER_STATUS_CHANNEL } from "../lib/intake-channel";
 import { testCertificate } from "../test/helpers/https-receiver";
-import { startBenchApp, type BenchApp } from "./lib/bench-app";
+import { startChild, type ChildServer } from "./lib/child";
+import type { ProbeFigures } from "./lib/event-loop-probe";
+import { monotonicMs, type ReceiverMessage, type ReceiverReady } from "./lib/receiver";
+import { keyOf, signedPost, type SignedTarget } from "./lib/signed-post";
 import { percentile, round } from "./lib/stats";
 
 const CONCURRENCY = Number(process.env.BENCH_CONCURRENCY ?? 64);
-const DELIVERIES = Number(process.env.BENCH_DELIVERIES ?? 20_000);
-const WARM_UP = 1_000;
-const LATENCY_SECONDS = Number(process.env.BENCH_LATENCY_SECONDS ?? 5);
-const PUBLISH_WINDOW = 1_000;
-const IN_SYSTEM = 4 * CONCURRENCY;
-const GOAL_RATIO = 0.5;
+const HEALTHY = 10;
+const EVENTS = Number(process.env.BENCH_EVENTS ?? 2_000);
+const WARM_UP_EVENTS = 200;
+const FLOOR_REQUESTS = 20_000;
+const IN_SYSTEM = 64;
+const START_SECONDS = 3;
+const STEADY_SECONDS = Number(process.env.BENCH_STEADY_SECONDS ?? 6);
+const GOALS = { throughput_ratio: 0.5, throughput_ratio_stretch: 0.8, p99_vs_relay: 2, neighbours_within: 0.2 };
+const NATS_URL = process.env.BENCH_NATS_URL ?? "nats://127.0.0.1:4222";
+const DATABASE_URL = process.env.BENCH_DATABASE_URL ?? "postgres://postgres@127.0.0.1:5432/test";
+const SCENARIOS = (process.env.BENCH_SCENARIOS ?? "sqlite,postgresql,cluster,neighbours").split(",");
+const PROFILE_DIR = process.env.BENCH_PROFILE_DIR;
+const CUSTOMER = "bench";
+const TOPIC = "tasking:order_status";
+// The failing neighbour is retried every 250 ms for a minute: retries are due all the time.
+const FAST_RETRIES = Array.from({ length: 240 }, (_, i) => `${(i + 1) * 250}ms`).join(",");
 
-const epochMs = () => performance.timeOrigin + performance.now();
 const sleep = (ms: number) => new Promise(resolve => setTimeout(resolve, ms));
+const here = (file: string) => path.join(__dirname, "lib", file);
+const runId = `b${crypto.randomBytes(3).toString("hex")}`;
+let deployments = 0;
 
-// The receiver: answers 200 once the body is read; for bodies carrying data.sent_at it records
-// the latency from the event to its arrival.
-const RECEIVER_SOURCE = `
-const https = require("node:https");
-const { parentPort, workerData } = require("node:worker_threads");
-let received = 0;
-let latencies = [];
-const server = https.createServer({ key: workerData.key, cert: workerData.cert, keepAliveTimeout: 30000 }, (req, res) => {
-	const chunks = [];
-	req.on("data", chunk => chunks.push(chunk));
-	req.on("end", () => {
-		const now = performance.timeOrigin + performance.now();
-		received += 1;
-		const body = Buffer.concat(chunks).toString("utf8");
-		const at = body.indexOf('"sent_at":');
-		if (at >= 0) latencies.push(now - parseFloat(body.slice(at + 10)));
-		res.writeHead(200, { "content-type": "text/plain" });
-		res.end("ok");
-	});
-});
-server.listen(0, "127.0.0.1", () => parentPort.postMessage({ type: "listening", port: server.address().port }));
-setInterval(() => parentPort.postMessage({ type: "count", received }), 2).unref();
-parentPort.on("message", message => {
-	if (message === "stats") parentPort.postMessage({ type: "stats", received, latencies });
-	if (message === "reset") { received = 0; latencies = []; }
-});
-`;
+type Probe = Omit<ProbeFigures, "type">;
 
-interface ReceiverStats {
-	received: number;
-	latencies: number[];
-}
+/** The receivers' child process, and what it reports. */
+class Receivers {
+	ok = 0;
+	slow = 0;
+	fail = 0;
+	private waiters: Array<{ count: number; resolve(): void }> = [];
+	private sampleRequests: Array<(samples: Array<[number, number]>) => void> = [];
 
-export class Receiver {
-	/** Requests answered so far, as last reported by the receiver thread (every 2 ms). */
-	received = 0;
-	private pendingStats: Array<(stats: ReceiverStats) => void> = [];
-	private countWaiters: Array<{ count: number; resolve(): void }> = [];
-
-	private constructor(
-		private readonly worker: Worker,
-		readonly port: number,
-	) {
-		worker.on("message", message => {
+	constructor(readonly child: ChildServer<ReceiverReady>) {
+		child.process.on("message", (message: ReceiverMessage) => {
 			if (message.type === "count") {
-				this.received = message.received;
-				const waiting = this.countWaiters;
-				this.countWaiters = waiting.filter(waiter => waiter.count > this.received);
-				for (const waiter of waiting) if (waiter.count <= this.received) waiter.resolve();
+				({ ok: this.ok, slow: this.slow, fail: this.fail } = message);
+				const waiting = this.waiters;
+				this.waiters = waiting.filter(waiter => waiter.count > this.ok);
+				for (const waiter of waiting) if (waiter.count <= this.ok) waiter.resolve();
+			} else if (message.type === "samples") {
+				this.sampleRequests.shift()?.(message.samples);
 			}
-			if (message.type === "stats") this.pendingStats.shift()?.(message);
 		});
 	}
 
-	static async start(key: string, cert: string): Promise<Receiver> {
-		const worker = new Worker(RECEIVER_SOURCE, { eval: true, workerData: { key, cert } });
-		const port = await new Promise<number>(resolve => worker.once("message", message => resolve(message.port)));
-		return new Receiver(worker, port);
+	get ports(): number[] {
+		return this.child.ready.ports;
 	}
 
-	stats(): Promise<ReceiverStats> {
+	/** Resolves once `count` requests to "ok" endpoints have been answered (since the start). */
+	waitForOk(count: number): Promise<void> {
+		if (this.ok >= count) return Promise.resolve();
+		return new Promise(resolve => this.waiters.push({ count, resolve }));
+	}
+
+	/** [sent_at, latency ms] of the requests that arrived since the last call. */
+	samples(): Promise<Array<[number, number]>> {
 		return new Promise(resolve => {
-			this.pendingStats.push(resolve);
-			this.worker.postMessage("stats");
+			this.sampleRequests.push(resolve);
+			this.child.process.send("samples");
 		});
 	}
 
-	/** Resolves once the receiver has answered `count` requests. */
-	waitForCount(count: number): Promise<void> {
-		if (this.received >= count) return Promise.resolve();
-		return new Promise(resolve => this.countWaiters.push({ count, resolve }));
-	}
-
-	reset(): void {
-		this.received = 0;
-		this.worker.postMessage("reset");
-	}
-
-	stop(): Promise<number> {
-		return this.worker.terminate();
+	stop(): Promise<void> {
+		return this.child.stop();
 	}
 }
 
-
-function sampleBody(i: number): string {
-	return JSON.stringify({
-		type: "tasking:order_status",
-		timestamp: new Date().toISOString(),
-		data: { order_id: `order-${i}`, status: "fulfilled", previous_status: "in progress", user_id: "bench-user", order_name: "Benchmark order", priority: "standard" },
+function probe(node: ChildServer<unknown>): Promise<Probe> {
+	return new Promise(resolve => {
+		const onMessage = (message: { type?: string }) => {
+			if (message?.type !== "probe") return;
+			node.process.off("message", onMessage);
+			const { type: _type, ...figures } = message as ProbeFigures;
+			resolve(figures);
+		};
+		node.process.on("message", onMessage);
+		node.process.send("probe");
 	});
 }
 
-/** Signed POSTs with undici and nothing else: the ceiling for this receiver and concurrency. */
-async function rawBaseline(url: string, ca: string, count: number): Promise<number> {
-	const agent = new Agent({ connections: CONCURRENCY, connect: { ca } });
-	const secret = generateWebhookSecret();
-	let next = 0;
-	const worker = async () => {
-		while (next < count) {
-			const i = next++;
-			const body = sampleBody(i);
-			const messageId = `msg_${crypto.randomUUID()}`;
-			const now = new Date();
-			const response = await request(url, {
-				method: "POST",
-				dispatcher: agent,
-				headers: {
-					"content-type": "application/json",
-					"webhook-id": messageId,
-					"webhook-timestamp": String(Math.floor(now.getTime() / 1000)),
-					"webhook-signature": signMessage(messageId, now, body, [secret]),
-				},
-				body,
-			});
-			await response.body.text();
-			if (response.statusCode !== 200) throw new Error(`baseline got HTTP ${response.statusCode}`);
-		}
-	};
-	await Promise.all(Array.from({ length: CONCURRENCY }, worker)); // warm-up
-	next = 0;
-	const started = performance.now();
-	await Promise.all(Array.from({ length: CONCURRENCY }, worker));
-	const seconds = (performance.now() - started) / 1000;
-	await agent.close();
-	return count / seconds;
+async function probeAll(nodes: Array<ChildServer<unknown>>): Promise<Probe[]> {
+	return Promise.all(nodes.map(probe));
 }
 
-async function countWhere(db: Knex, status: string): Promise<number> {
-	const [{ count }] = await db("deliveries").where({ status }).count({ count: "*" });
+/** The fastest plain loop of signed POSTs: CONCURRENCY loops, each on one endpoint. */
+async function floor(targets: SignedTarget[], ca: string, receivers: Receivers): Promise<{ rate: number; client_cores: number; receiver_cores: number }> {
+	const agent = new Agent({ connections: CONCURRENCY, connect: { ca } });
+	const run = async (count: number) => {
+		let next = 0;
+		const loop = async (worker: number) => {
+			const target = targets[worker % targets.length];
+			while (next < count) {
+				const i = next++;
+				const body = Buffer.from(`{"type":"${TOPIC}","timestamp":"${new Date().toISOString()}","data":{"order_id":"order-${i}","status":"fulfilled","previous_status":null,"user_id":"bench-user","order_name":"Benchmark order"}}`);
+				const status = await signedPost(agent, target, body);
+				if (status !== 200) throw new Error(`floor got HTTP ${status}`);
+			}
+		};
+		await Promise.all(Array.from({ length: CONCURRENCY }, (_, worker) => loop(worker)));
+	};
+	await run(FLOOR_REQUESTS / 4); // warm-up: connections, JIT
+	const before = receivers.ok;
+	await probe(receivers.child);
+	const cpu = process.cpuUsage();
+	const started = monotonicMs();
+	await run(FLOOR_REQUESTS);
+	const seconds = (monotonicMs() - started) / 1000;
+	const used = process.cpuUsage(cpu);
+	const receiver = await probe(receivers.child);
+	await agent.close();
+	if (receivers.ok - before < FLOOR_REQUESTS) await receivers.waitForOk(before + FLOOR_REQUESTS);
+	return { rate: FLOOR_REQUESTS / seconds, client_cores: round((used.user + used.system) / 1e6 / seconds), receiver_cores: receiver.cpu_cores };
+}
+
+interface Deployment {
+	label: string;
+	producer: ServiceBroker;
+	/** The dispatcher processes (one, or two in the cluster). */
+	dispatchers: Array<ChildServer<unknown>>;
+	nodes: Array<ChildServer<unknown>>;
+	db: Knex;
+	healthyIds: string[];
+	send(event: object): Promise<void>;
+	stop(): Promise<void>;
+}
+
+interface DeployOptions {
+	engine: "sqlite" | "postgresql";
+	cluster?: boolean;
+	healthyUrls: string[];
+	neighbourUrls?: string[];
+	caFile: string;
+	env?: Record<string, string>;
+}
+
+function producerBroker(namespace: string): ServiceBroker {
+	return new ServiceBroker({
+		namespace,
+		nodeID: `${namespace}-producer`,
+		transporter: { type: "NATS", options: { url: NATS_URL } },
+		logger: false,
+		middlewares: intakeMiddlewares(parseConfig({ TRANSPORTER: NATS_URL, NAMESPACE: namespace })),
+	});
+}
+
+const sendVia = (producer: ServiceBroker) => (event: object) => (producer as unknown as { sendToChannel(channel: string, payload: unknown): Promise<void> }).sendToChannel(ORDER_STATUS_CHANNEL, event);
+
+/** Starts the service's processes (fresh database, fresh stream) and creates the webhooks. */
+async function deploy(options: DeployOptions): Promise<Deployment> {
+	deployments += 1;
+	const namespace = `${runId}d${deployments}`;
+	const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), "swh-bench-"));
+	const schema = options.engine === "postgresql" ? `bench_${namespace}` : undefined;
+	const env: Record<string, string> = {
+		NODE_ENV: "bench",
+		LOG_LEVEL: "warn",
+		TRANSPORTER: NATS_URL,
+		NAMESPACE: namespace,
+		DATA_DIR: dataDir,
+		PORT: "0",
+		SECRETS_KEY: crypto.randomBytes(32).toString("base64"),
+		WEBHOOK_ALLOW_NETS: "127.0.0.0/8",
+		WEBHOOK_CA_FILE: options.caFile,
+		DELIVERY_CONCURRENCY: String(CONCURRENCY),
+		...(schema ? { DATABASE_URL, DATABASE_SCHEMA: schema } : {}),
+		...options.env,
+	};
+	const nodeOptions = (name: string) => (PROFILE_DIR ? ["--cpu-prof", `--cpu-prof-dir=${path.join(PROFILE_DIR, `${namespace}-${name}`)}`] : []);
+	const start = (name: string, services: string) => startChild<unknown>(here("service-node.ts"), { ...env, SERVICES: services, NODE_ID: `${namespace}-${name}` }, 120_000, nodeOptions(name));
+	// The producer first: "after start" is about the service's processes, not the producer.
+	const producer = producerBroker(namespace);
+	await producer.start();
+	const nodes: Array<ChildServer<unknown>> = [];
+	const dispatchers: Array<ChildServer<unknown>> = [];
+	try {
+		if (options.cluster) {
+			nodes.push(await start("gateway", "topics,webhooks,users"));
+			// One after the other: two processes migrating a fresh schema at once can collide.
+			for (const name of ["dispatcher-1", "dispatcher-2"]) dispatchers.push(await start(name, "dispatcher"));
+		} else {
+			dispatchers.push(await start("all", "topics,webhooks,users,dispatcher"));
+		}
+		nodes.push(...dispatchers);
+	} catch (err) {
+		await Promise.all([...nodes, ...dispatchers].map(node => node.stop()));
+		await producer.stop();
+		throw err;
+	}
+	await producer.waitForServices(["webhooks", "dispatcher"], 60_000);
+	const create = (url: string, i: number) =>
+		producer.call<{ id: string }, object>("webhooks.create", { name: `bench-${i}`, url, events: [TOPIC] }, { meta: { customerId: CUSTOMER } });
+	const healthy = [];
+	for (const [i, url] of options.healthyUrls.entries()) healthy.push(await create(url, i));
+	for (const [i, url] of (options.neighbourUrls ?? []).entries()) await create(url, 100 + i);
+	const db = schema
+		? knex({ client: "pg", connection: DATABASE_URL, searchPath: [schema], pool: { min: 0, max: 2 } })
+		: knex({ client: "better-sqlite3", connection: { filename: path.join(dataDir, "service.sqlite") }, useNullAsDefault: true });
+	return {
+		label: namespace,
+		producer,
+		dispatchers,
+		nodes,
+		db,
+		healthyIds: healthy.map(webhook => webhook.id),
+		send: sendVia(producer),
+		async stop() {
+			await producer.stop();
+			await Promise.all(dispatchers.map(node => node.stop()));
+			await Promise.all(nodes.filter(node => !dispatchers.includes(node)).map(node => node.stop()));
+			// BENCH_KEEP_DATA=1 keeps the SQLite files (and prints where), to look at the timestamps.
+			if (process.env.BENCH_KEEP_DATA) {
+				process.stderr.write(`bench delivery: kept ${schema ? `schema ${schema}` : dataDir}\n`);
+				await db.destroy();
+				return;
+			}
+			if (schema) await db.raw(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`);
+			await db.destroy();
+			fs.rmSync(dataDir, { recursive: true, force: true });
+		},
+	};
+}
+
+let eventSeq = 0;
+function orderEvent(extra: Record<string, unknown> = {}) {
+	eventSeq += 1;
+	return { customer_id: CUSTOMER, user_id: "bench-user", order_id: `order-${runId}-${eventSeq}`, status: "fulfilled", order_name: "Benchmark order", details: extra };
+}
+
+async function succeededOf(deployment: Deployment): Promise<number> {
+	const [{ count }] = await deployment.db("deliveries").where({ status: "succeeded" }).whereIn("webhook_id", deployment.healthyIds).count({ count: "*" });
 	return Number(count);
 }
 
 /**
- * Waits until `expected` deliveries are recorded as succeeded. The receiver's count (cheap, in
- * its own thread) says when to start asking the database, so that counting rows does not compete
- * with the dispatcher for its CPU during the run.
+ * Sends `events` with at most IN_SYSTEM of them not yet delivered, and waits until all their
+ * healthy deliveries are recorded as succeeded. Returns healthy deliveries per second.
  */
-async function waitForSucceeded(db: Knex, receiver: Receiver, expected: number): Promise<number> {
-	while (receiver.received < expected) await sleep(5);
-	for (;;) {
-		if ((await countWhere(db, "pending")) === 0 && (await countWhere(db, "succeeded")) >= expected) return performance.now();
-		await sleep(10);
-	}
+async function throughput(deployment: Deployment, receivers: Receivers, events: number): Promise<number> {
+	const healthy = deployment.healthyIds.length;
+	const baseOk = receivers.ok;
+	const baseSucceeded = await succeededOf(deployment);
+	const started = monotonicMs();
+	let next = 0;
+	const publisher = async () => {
+		while (next < events) {
+			const i = next++;
+			await receivers.waitForOk(baseOk + (i - IN_SYSTEM + 1) * healthy);
+			await deployment.send(orderEvent());
+		}
+	};
+	await Promise.all(Array.from({ length: Math.min(IN_SYSTEM, events) }, publisher));
+	const expected = events * healthy;
+	await receivers.waitForOk(baseOk + expected);
+	while ((await succeededOf(deployment)) < baseSucceeded + expected) await sleep(5);
+	return expected / ((monotonicMs() - started) / 1000);
+}
+
+interface LatencyFigures {
+	samples: number;
+	p50_ms: number;
+	p99_ms: number;
+	max_ms: number;
+}
+
+function latencyOf(values: number[]): LatencyFigures {
+	const sorted = [...values].sort((a, b) => a - b);
+	return { samples: sorted.length, p50_ms: round(percentile(sorted, 50)), p99_ms: round(percentile(sorted, 99)), max_ms: round(sorted[sorted.length - 1] ?? NaN) };
+}
+
+interface PhaseFigures {
+	start: LatencyFigures & { event_loop: Probe[] };
+	steady: LatencyFigures & { event_loop: Probe[] };
+	lost: number;
 }
 
 /**
- * Acknowledged publishes, at most `window` outstanding. With `inSystem`, a new event is only
- * published while fewer than that many earlier ones have yet to reach the receiver: load that
- * matches what the dispatcher can deliver, instead of a backlog.
+ * Open loop: `eventsPerSecond` events, each carrying sent_at, for START_SECONDS + STEADY_SECONDS,
+ * starting now. Splits the latencies at START_SECONDS, and probes the nodes' event loops there.
  */
-async function publishMany(app: App, receiver: Receiver, count: number, offset: number, window: number, inSystem = Infinity): Promise<void> {
-	let next = 0;
-	const publisher = async () => {
-		while (next < count) {
-			const i = offset + next++;
-			if (Number.isFinite(inSystem)) await receiver.waitForCount(i - inSystem + 1);
-			await app.broker.call("dispatcher.publish", { customer_id: "bench", user_id: "bench-user", order_id: `order-${i}`, status: "fulfilled", order_name: "Benchmark order" });
-		}
+async function latency(send: (event: object) => Promise<void>, nodes: Array<ChildServer<unknown>>, receivers: Receivers, eventsPerSecond: number, healthy: number): Promise<PhaseFigures> {
+	await receivers.samples(); // drops whatever arrived before
+	await probeAll(nodes); // resets the event-loop histograms
+	const baseOk = receivers.ok;
+	const started = monotonicMs();
+	const total = Math.round(eventsPerSecond * (START_SECONDS + STEADY_SECONDS));
+	let sent = 0;
+	let failed = 0;
+	let startProbe: Promise<Probe[]> | undefined;
+	while (sent < total) {
+		const elapsed = monotonicMs() - started;
+		if (!startProbe && elapsed >= START_SECONDS * 1000) startProbe = probeAll(nodes);
+		const due = Math.min(total, Math.floor((elapsed / 1000) * eventsPerSecond));
+		for (; sent < due; sent++) send(orderEvent({ sent_at: monotonicMs(), sent_wall: Date.now() })).catch(() => (failed += 1));
+		await sleep(2);
+	}
+	const startLoop = await (startProbe ?? probeAll(nodes));
+	const expected = baseOk + sent * healthy;
+	await Promise.race([receivers.waitForOk(expected), sleep(60_000)]);
+	const steadyLoop = await probeAll(nodes);
+	const samples = await receivers.samples();
+	const cut = started + START_SECONDS * 1000;
+	return {
+		start: { ...latencyOf(samples.filter(([sentAt]) => sentAt < cut).map(([, ms]) => ms)), event_loop: startLoop },
+		steady: { ...latencyOf(samples.filter(([sentAt]) => sentAt >= cut).map(([, ms]) => ms)), event_loop: steadyLoop },
+		lost: Math.max(0, expected - receivers.ok) + failed * healthy,
 	};
-	await Promise.all(Array.from({ length: Math.min(window, count) }, publisher));
 }
 
-/** The receiver thread, its URL, and the dispatcher settings that trust it (WEBHOOK_CA_FILE). */
-export async function startBenchTarget(): Promise<{ receiver: Receiver; url: string; cert: string; dispatcherEnv: Record<string, string>; stop(): Promise<void> }> {
+/** The bare relay, started now, under the same open-loop load. */
+async function relayLatency(targets: Array<{ url: string }>, ca: string, receivers: Receivers, eventsPerSecond: number): Promise<PhaseFigures> {
+	deployments += 1;
+	const namespace = `${runId}r${deployments}`;
+	// The producer first, as in deploy(): "after start" is about the relay, not the producer.
+	const producer = producerBroker(namespace);
+	await producer.start();
+	let relay: ChildServer<unknown> | undefined;
+	try {
+		relay = await startChild<unknown>(here("relay-node.ts"), {
+			TRANSPORTER: NATS_URL,
+			NAMESPACE: namespace,
+			RELAY_CA: ca,
+			RELAY_TARGETS: JSON.stringify(targets.map(target => ({ url: target.url, secret: generateWebhookSecret() }))),
+		});
+		return await latency(sendVia(producer), [relay], receivers, eventsPerSecond, targets.length);
+	} finally {
+		await relay?.stop();
+		await producer.stop();
+	}
+}
+
+function ratioOf(value: number, reference: number): number {
+	return round(value / reference, 2);
+}
+
+interface EngineOptions {
+	engine: "sqlite" | "postgresql";
+	cluster?: boolean;
+}
+
+async function engineScenario(options: EngineOptions, healthyUrls: string[], caFile: string, ca: string, receivers: Receivers) {
+	let deployment = await deploy({ ...options, healthyUrls, caFile });
+	let rate: number;
+	let loop: Probe[];
+	try {
+		await throughput(deployment, receivers, WARM_UP_EVENTS);
+		await probeAll([...deployment.nodes, receivers.child]);
+		rate = await throughput(deployment, receivers, EVENTS);
+		loop = await probeAll([...deployment.nodes, receivers.child]);
+	} finally {
+		await deployment.stop();
+	}
+	const eventsPerSecond = rate / 2 / HEALTHY;
+	const relay = await relayLatency(healthyUrls.map(url => ({ url })), ca, receivers, eventsPerSecond);
+	deployment = await deploy({ ...options, healthyUrls, caFile });
+	let dispatcher: PhaseFigures;
+	try {
+		dispatcher = await latency(deployment.send, deployment.dispatchers, receivers, eventsPerSecond, HEALTHY);
+	} finally {
+		await deployment.stop();
+	}
+	return {
+		dispatchers: deployment.dispatchers.length,
+		deliveries_per_s: round(rate),
+		/** Set once the floor has been measured again at the end. */
+		throughput_ratio: NaN,
+		// One entry per process: the service's nodes (gateway first in the cluster), then the receivers.
+		event_loop_during_throughput: loop,
+		latency: {
+			offered_deliveries_per_s: round(eventsPerSecond * HEALTHY),
+			relay,
+			dispatcher,
+			p99_vs_relay_steady: ratioOf(dispatcher.steady.p99_ms, relay.steady.p99_ms),
+			p99_vs_relay_start: ratioOf(dispatcher.start.p99_ms, relay.start.p99_ms),
+		},
+	};
+}
+
+async function neighboursScenario(healthyUrls: string[], neighbourUrls: string[], caFile: string, receivers: Receivers) {
+	const measure = async (withNeighbours: boolean, eventsPerSecond?: number) => {
+		const deployment = await deploy({ engine: "sqlite", healthyUrls, neighbourUrls: withNeighbours ? neighbourUrls : [], caFile, env: { DELIVERY_RETRY_SCHEDULE: FAST_RETRIES } });
+		try {
+			await throughput(deployment, receivers, WARM_UP_EVENTS);
+			const slowBefore = receivers.slow;
+			const failBefore = receivers.fail;
+			const rate = await throughput(deployment, receivers, EVENTS);
+			const perSecond = eventsPerSecond ?? rate / 2 / healthyUrls.length;
+			const { steady, lost } = await latency(deployment.send, deployment.dispatchers, receivers, perSecond, healthyUrls.length);
+			return { healthy_deliveries_per_s: round(rate), steady, lost, neighbour_answers_during_throughput: { slow: receivers.slow - slowBefore, failing: receivers.fail - failBefore }, perSecond };
+		} finally {
+			await deployment.stop();
+		}
+	};
+	const without = await measure(false);
+	const withNeighbours = await measure(true, without.perSecond);
+	return {
+		healthy_webhooks: healthyUrls.length,
+		offered_deliveries_per_s: round(without.perSecond * healthyUrls.length),
+		without: { ...without, perSecond: undefined },
+		with: { ...withNeighbours, perSecond: undefined },
+		healthy_throughput_with_vs_without: ratioOf(withNeighbours.healthy_deliveries_per_s, without.healthy_deliveries_per_s),
+		healthy_p99_with_vs_without: ratioOf(withNeighbours.steady.p99_ms, without.steady.p99_ms),
+	};
+}
+
+async function removeStreams(): Promise<void> {
+	const nats = await connect({ servers: new URL(NATS_URL).host });
+	try {
+		const manager = await nats.jetstreamManager();
+		for await (const stream of manager.streams.list()) {
+			if (stream.config.name.startsWith(runId)) await manager.streams.delete(stream.config.name);
+		}
+	} finally {
+		await nats.close();
+	}
+}
+
+export async function run(): Promise<object> {
 	const { key, cert } = testCertificate();
 	const caDir = fs.mkdtempSync(path.join(os.tmpdir(), "swh-bench-ca-"));
 	const caFile = path.join(caDir, "ca.pem");
 	fs.writeFileSync(caFile, cert);
-	const receiver = await Receiver.start(key, cert);
-	return {
-		receiver,
-		url: `https://127.0.0.1:${receiver.port}/hook`,
-		cert,
-		dispatcherEnv: {
-			SERVICES: "topics,webhooks,users,dispatcher",
-			WEBHOOK_ALLOW_NETS: "127.0.0.0/8",
-			WEBHOOK_CA_FILE: caFile,
-			DELIVERY_CONCURRENCY: String(CONCURRENCY),
-			DELIVERY_WEBHOOK_CONCURRENCY: String(CONCURRENCY),
-		},
-		async stop() {
-			await receiver.stop();
-			fs.rmSync(caDir, { recursive: true, force: true });
-		},
-	};
-}
-
-export async function run(): Promise<object> {
-	const target = await startBenchTarget();
-	const { receiver, url, cert } = target;
-	let stack: BenchApp | undefined;
+	const kinds = [...Array(HEALTHY).fill("ok"), "slow", "fail"];
+	const receivers = new Receivers(await startChild<ReceiverReady>(here("receiver.ts"), { RECEIVER_ENDPOINTS: kinds.join(","), RECEIVER_KEY: key, RECEIVER_CERT: cert }));
+	const urls = receivers.ports.map(port => `https://127.0.0.1:${port}/hook`);
+	const healthyUrls = urls.slice(0, HEALTHY);
+	const floorTargets = healthyUrls.map(url => ({ url, key: keyOf(generateWebhookSecret()) }));
+	const loadBefore = os.loadavg();
+	const results: Record<string, unknown> = {};
 	try {
-		// Measured before and after the dispatcher, and averaged: the machine's other load drifts.
-		const baselineBefore = await rawBaseline(url, cert, DELIVERIES);
-
-		stack = await startBenchApp(target.dispatcherEnv);
-		const { app, db } = stack;
-		await app.broker.call("webhooks.create", { name: "bench", url, events: ["tasking:order_status"] }, { meta: { customerId: "bench" } });
-		receiver.reset();
-		await publishMany(app, receiver, WARM_UP, 0, PUBLISH_WINDOW);
-		await waitForSucceeded(db, receiver, WARM_UP);
-
-		// Sustained: a bounded number of events in the system, so that intake can lease each delivery.
-		let started = performance.now();
-		await publishMany(app, receiver, DELIVERIES, WARM_UP, IN_SYSTEM, IN_SYSTEM);
-		let finished = await waitForSucceeded(db, receiver, WARM_UP + DELIVERIES);
-		const sustained = DELIVERIES / ((finished - started) / 1000);
-
-		// Burst: every event published as fast as intake takes them, then drained from the database.
-		started = performance.now();
-		await publishMany(app, receiver, DELIVERIES, WARM_UP + DELIVERIES, PUBLISH_WINDOW);
-		finished = await waitForSucceeded(db, receiver, WARM_UP + 2 * DELIVERIES);
-		const burst = DELIVERIES / ((finished - started) / 1000);
-
-		// Open loop at half the sustained rate, through the event path producers use (broker.emit).
-		const rate = sustained / 2;
-		const tickMs = 10;
-		const total = Math.round(rate * LATENCY_SECONDS);
-		const loadStarted = performance.now();
-		let sent = 0;
-		while (sent < total) {
-			const due = Math.min(total, Math.floor(((performance.now() - loadStarted) / 1000) * rate));
-			for (; sent < due; sent++) {
-				app.broker.emit("tasking.order_status", {
-					customer_id: "bench",
-					user_id: "bench-user",
-					order_id: `latency-${sent}`,
-					status: "staged",
-					details: { sent_at: epochMs() },
-				});
+		const floorBeforeRun = await floor(floorTargets, cert, receivers);
+		const pending: Array<{ name: string; figures: { throughput_ratio: number; deliveries_per_s: number } }> = [];
+		for (const scenario of SCENARIOS) {
+			process.stderr.write(`bench delivery: ${scenario}\n`);
+			if (scenario === "sqlite" || scenario === "postgresql") {
+				const figures = await engineScenario({ engine: scenario }, healthyUrls, caFile, cert, receivers);
+				results[scenario] = figures;
+				pending.push({ name: scenario, figures });
+			} else if (scenario === "cluster") {
+				const figures = await engineScenario({ engine: "postgresql", cluster: true }, healthyUrls, caFile, cert, receivers);
+				results.cluster_postgresql = figures;
+				pending.push({ name: "cluster_postgresql", figures });
+			} else if (scenario === "neighbours") {
+				results.neighbours_sqlite = await neighboursScenario(urls.slice(0, 8), urls.slice(HEALTHY), caFile, receivers);
+			} else {
+				throw new Error(`unknown scenario ${scenario}`);
 			}
-			await sleep(tickMs);
 		}
-		await waitForSucceeded(db, receiver, WARM_UP + 2 * DELIVERIES + total);
-		const { latencies } = await receiver.stats();
-		const sorted = [...latencies].sort((a, b) => a - b);
-		await stack.stop();
-		stack = undefined;
-		const baselineAfter = await rawBaseline(url, cert, DELIVERIES);
-		const baseline = (baselineBefore + baselineAfter) / 2;
-		const ratio = sustained / baseline;
-
+		const floorAfterRun = await floor(floorTargets, cert, receivers);
+		// The ratios use the mean of the floor before and after: the machine's other load drifts.
+		const floorRate = (floorBeforeRun.rate + floorAfterRun.rate) / 2;
+		for (const { figures } of pending) figures.throughput_ratio = ratioOf(figures.deliveries_per_s, floorRate);
 		return {
-			engine: process.env.BENCH_DATABASE_URL ? "postgresql" : "sqlite",
+			machine: { cpus: os.cpus().length, model: os.cpus()[0]?.model, node: process.version, loadavg_before: loadBefore.map(v => round(v)), loadavg_after: os.loadavg().map(v => round(v)) },
 			concurrency: CONCURRENCY,
-			deliveries: DELIVERIES,
-			raw_baseline_deliveries_per_s: round(baseline),
-			raw_baseline_before_after: [round(baselineBefore), round(baselineAfter)],
-			dispatcher_deliveries_per_s: round(sustained),
-			ratio: round(ratio, 2),
-			burst_drain_deliveries_per_s: round(burst),
-			burst_ratio: round(burst / baseline, 2),
-			goal_ratio: GOAL_RATIO,
-			meets_goal: ratio >= GOAL_RATIO,
-			latency_at_half_load: {
-				events_per_s: round(rate),
-				samples: sorted.length,
-				p50_ms: round(percentile(sorted, 50)),
-				p99_ms: round(percentile(sorted, 99)),
+			webhooks: HEALTHY,
+			events: EVENTS,
+			goals: GOALS,
+			floor: {
+				deliveries_per_s: round(floorRate),
+				before_after: [round(floorBeforeRun.rate), round(floorAfterRun.rate)],
+				// CPU of the client loop and of the receivers while the floor ran: 1 = one whole core.
+				cores_before: { client: floorBeforeRun.client_cores, receivers: floorBeforeRun.receiver_cores },
+				cores_after: { client: floorAfterRun.client_cores, receivers: floorAfterRun.receiver_cores },
 			},
+			...results,
 		};
 	} finally {
-		await stack?.stop();
-		await target.stop();
+		await receivers.stop();
+		await removeStreams().catch(err => process.stderr.write(`could not remove the benchmark's streams: ${String(err)}\n`));
+		fs.rmSync(caDir, { recursive: true, force: true });
 	}
 }
 
 if (require.main === module) {
 	run().then(
-		result => process.stdout.write(`${JSON.stringify({ delivery: result }, null, 2)}\n`),
+		result => {
+			process.stdout.write(`${JSON.stringify({ delivery: result }, null, 2)}\n`);
+			process.exit(0);
+		},
 		err => {
 			process.stderr.write(`delivery benchmark failed: ${err instanceof Error ? err.stack : String(err)}\n`);
 			process.exit(1);

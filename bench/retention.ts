@@ -12,7 +12,7 @@
 import { performance } from "node:perf_hooks";
 import type { Knex } from "knex";
 import { isPostgres } from "../mixins/db.mixin";
-import { startBenchTarget, type Receiver } from "./delivery";
+import { startBenchTarget, type Receiver } from "./lib/bench-target";
 import { startBenchApp, type BenchApp } from "./lib/bench-app";
 import { round } from "./lib/stats";
 

@@ -10,6 +10,7 @@ import dns from "node:dns";
 import fs from "node:fs";
 import tls from "node:tls";
 import { performance } from "node:perf_hooks";
+import type { Readable } from "node:stream";
 import { Agent, buildConnector, request } from "undici";
 import { isBlockedAddress, isIpLiteral, parseAllowList, type AllowList } from "./address-ranges";
 import { signMessage, unixSeconds } from "./signing";
@@ -144,29 +145,45 @@ function formatSeconds(ms: number): string {
 	return `${Number((ms / 1000).toFixed(3))} s`;
 }
 
-/** Reads at most `limit` bytes, then drops the rest (and the connection, if more was coming). */
-async function readExcerpt(body: AsyncIterable<Buffer> & { destroy(): unknown }, limit: number): Promise<string> {
-	const chunks: Buffer[] = [];
-	let size = 0;
-	try {
-		for await (const chunk of body) {
+/**
+ * Reads at most `limit` bytes, then drops the rest (and the connection, if more was coming).
+ * A body cut short (deadline, reset) still leaves whatever arrived as the excerpt. Plain 'data'
+ * events rather than an async iterator: this runs once per attempt, and the iterator showed in
+ * profiles.
+ */
+function readExcerpt(body: Readable, limit: number): Promise<string> {
+	return new Promise(resolve => {
+		const chunks: Buffer[] = [];
+		let size = 0;
+		let done = false;
+		const finish = () => {
+			if (done) return;
+			done = true;
+			body.off("data", onData);
+			body.destroy();
+			// PostgreSQL text cannot hold NUL; a cut multi-byte character decodes as U+FFFD.
+			resolve(Buffer.concat(chunks).subarray(0, limit).toString("utf8").replaceAll("\u0000", ""));
+		};
+		const onData = (chunk: Buffer) => {
 			chunks.push(chunk);
 			size += chunk.length;
-			if (size >= limit) break;
-		}
-	} catch {
-		// A body cut short (deadline, reset) still leaves whatever arrived as the excerpt.
-	} finally {
-		body.destroy();
-	}
-	// PostgreSQL text cannot hold NUL; a cut multi-byte character decodes as U+FFFD.
-	return Buffer.concat(chunks).subarray(0, limit).toString("utf8").replaceAll("\u0000", "");
+			if (size >= limit) finish();
+		};
+		body.on("data", onData);
+		body.once("end", finish);
+		body.once("error", finish);
+		body.once("close", finish);
+	});
 }
+
+// URLs whose policy verdict is remembered (it depends only on the URL and the allow list).
+const URL_VERDICTS_KEPT = 10_000;
 
 export class WebhookSender {
 	private readonly allow: AllowList;
 	private readonly userAgent: string;
 	private readonly agent: Agent;
+	private readonly urlVerdicts = new Map<string, ReturnType<WebhookSender["checkUrl"]>>();
 
 	constructor(options: WebhookSenderOptions) {
 		this.allow = parseAllowList(options.allowNets);
@@ -208,6 +225,8 @@ export class WebhookSender {
 		const refusal = this.refuseUrl(delivery.url);
 		if (refusal) return finish(refusal);
 
+		// Encoded once: the signature covers exactly the bytes sent.
+		const body = Buffer.from(delivery.body, "utf8");
 		const deadline = new AbortController();
 		const timer = setTimeout(() => deadline.abort(), delivery.timeoutMs);
 		try {
@@ -223,9 +242,9 @@ export class WebhookSender {
 					"user-agent": this.userAgent,
 					"webhook-id": delivery.messageId,
 					"webhook-timestamp": String(unixSeconds(attemptedAt)),
-					"webhook-signature": signMessage(delivery.messageId, attemptedAt, delivery.body, delivery.secrets),
+					"webhook-signature": signMessage(delivery.messageId, attemptedAt, body, delivery.secrets),
 				},
-				body: Buffer.from(delivery.body, "utf8"),
+				body,
 			});
 			const statusCode = response.statusCode;
 			const responseExcerpt = await readExcerpt(response.body, RESPONSE_EXCERPT_BYTES);
@@ -242,8 +261,17 @@ export class WebhookSender {
 		}
 	}
 
-	/** Policy checks that need no network: scheme, credentials, IP-literal hosts. */
+	/** Policy checks that need no network, remembered per URL: parsing it on every attempt showed in profiles. */
 	private refuseUrl(url: string): Pick<DeliveryOutcome, "statusCode" | "errorKind" | "detail"> | undefined {
+		if (this.urlVerdicts.has(url)) return this.urlVerdicts.get(url);
+		const verdict = this.checkUrl(url);
+		if (this.urlVerdicts.size >= URL_VERDICTS_KEPT) this.urlVerdicts.clear();
+		this.urlVerdicts.set(url, verdict);
+		return verdict;
+	}
+
+	/** Scheme, credentials, IP-literal hosts. */
+	private checkUrl(url: string): Pick<DeliveryOutcome, "statusCode" | "errorKind" | "detail"> | undefined {
 		let parsed: URL;
 		try {
 			parsed = new URL(url);

@@ -79,10 +79,12 @@ const DispatcherService: ServiceSchema<ServiceSettingSchema, DispatcherThis> = {
 		this.held = 0;
 		this.heldByWebhook = new Map();
 		this.attemptsInFlight = new Set();
+		this.failingWebhooks = new Set();
 		this.targets = new Map();
 		this.resolving = new Set();
 		this.claimRun = null;
 		this.backlog = true;
+		this.waitingWebhooks = new Set();
 		this.pollTimer = null;
 		this.polls = 0;
 		this.intake = new MicroBatcher(items => this.persistEvents(items), MAX_INTAKE_BATCH);

@@ -17,10 +17,10 @@ const STOP_GRACE_MS = 15_000;
  * and waits for its first IPC message. The script reports readiness with `process.send(...)`
  * and should stop cleanly on SIGTERM.
  */
-export function startChild<Ready>(script: string, env: Record<string, string>, timeoutMs = 120_000): Promise<ChildServer<Ready>> {
+export function startChild<Ready>(script: string, env: Record<string, string>, timeoutMs = 120_000, nodeOptions: string[] = []): Promise<ChildServer<Ready>> {
 	const child = fork(script, [], {
 		env: { ...process.env, ...env },
-		execArgv: ["--import", "tsx"],
+		execArgv: ["--import", "tsx", ...nodeOptions],
 		// The child's logs join ours on stderr; stdout stays clean for the JSON result.
 		stdio: ["ignore", process.stderr, process.stderr, "ipc"],
 	});

@@ -15,12 +15,15 @@ import {
 	MAX_CLAIM_BATCH,
 	PARKED_RECHECK_POLLS,
 	isTrue,
+	type ClaimedBatch,
 	type DeliveryRow,
 	type DispatcherMixin,
 	type DispatcherThis,
-	type LeasedDelivery,
 	type MessageRow,
 } from "./shared";
+
+// A claim looks at this many times as many due rows as it may lease, for the webhooks to take turns.
+const CLAIM_LOOK_AHEAD = 4;
 
 export const ClaimsMixin: DispatcherMixin = {
 	methods: {
@@ -42,14 +45,17 @@ export const ClaimsMixin: DispatcherMixin = {
 						return;
 					}
 					const limit = Math.min(room, MAX_CLAIM_BATCH);
-					const claimed = await this.claimBatch(limit);
-					for (const delivery of claimed) {
+					const { leased, filledWebhooks } = await this.claimBatch(limit);
+					for (const webhookId of filledWebhooks) this.waitingWebhooks.add(webhookId);
+					for (const delivery of leased) {
 						this.held += 1;
 						this.heldByWebhook.set(delivery.webhookId, (this.heldByWebhook.get(delivery.webhookId) ?? 0) + 1);
 						this.enqueue(delivery);
 					}
 					this.pump();
-					if (claimed.length < limit) {
+					// Fewer than asked, and no webhook stopped at its share: nothing else is due (for
+					// now: the webhooks at their share are claimed for again as they free up).
+					if (leased.length === 0 || (leased.length < limit && filledWebhooks.length === 0)) {
 						this.backlog = false;
 						return;
 					}
@@ -60,40 +66,60 @@ export const ClaimsMixin: DispatcherMixin = {
 		},
 
 		/**
-		 * One claim statement. Webhooks that already fill their share of this instance's leases are
-		 * left out, so one slow receiver cannot take every slot.
+		 * One claim statement. No webhook gets more than its share of this instance's leases
+		 * (DELIVERY_WEBHOOK_CONCURRENCY x LEASE_BUFFER_FACTOR, queued + in flight): webhooks already at
+		 * it are left out, and the others get at most what is left of theirs. Without the cap, a
+		 * slow or failing receiver with a pile of due retries could take every lease of one claim,
+		 * and the healthy webhooks' deliveries would wait until that pile was worked off.
 		 */
-		async claimBatch(this: DispatcherThis, limit: number): Promise<LeasedDelivery[]> {
+		async claimBatch(this: DispatcherThis, limit: number): Promise<ClaimedBatch> {
 			const now = Date.now();
 			const leaseId = crypto.randomUUID();
 			const leaseExpiresAt = now + this.config.DELIVERY_LEASE;
-			const saturated = [...this.heldByWebhook.entries()]
-				.filter(([, count]) => count >= this.config.DELIVERY_WEBHOOK_CONCURRENCY * LEASE_BUFFER_FACTOR)
-				.map(([webhookId]) => webhookId);
+			const share = this.config.DELIVERY_WEBHOOK_CONCURRENCY * LEASE_BUFFER_FACTOR;
+			const saturated: string[] = [];
+			const partly: Array<[string, number]> = [];
+			for (const [webhookId, count] of this.heldByWebhook) {
+				if (count >= share) saturated.push(webhookId);
+				else partly.push([webhookId, share - count]);
+			}
 			const exclude = saturated.length ? `AND webhook_id NOT IN (${saturated.map(() => "?").join(", ")})` : "";
+			const roomOf = partly.length ? `CASE webhook_id ${partly.map(() => "WHEN ? THEN CAST(? AS integer)").join(" ")} ELSE CAST(? AS integer) END` : "CAST(? AS integer)";
 			const skipLocked = isPostgres(this.db) ? "FOR UPDATE SKIP LOCKED" : "";
 			// The due rows are picked once, in a materialised CTE: PostgreSQL may re-run a plain
 			// `IN (SELECT … LIMIT n FOR UPDATE SKIP LOCKED)` subquery and so claim more than n.
+			// More rows than the limit are looked at, and the webhooks take turns among them (each
+			// one's oldest first), so that a pile of one webhook's rows does not hide the others'.
 			const result = await this.db.raw(
 				`WITH due AS MATERIALIZED (
-					SELECT id FROM deliveries
+					SELECT id, webhook_id, next_attempt_at FROM deliveries
 					WHERE status = 'pending' AND next_attempt_at <= ? ${exclude}
 					ORDER BY next_attempt_at
 					LIMIT ? ${skipLocked}
+				),
+				turns AS (
+					SELECT id, webhook_id, next_attempt_at, ROW_NUMBER() OVER (PARTITION BY webhook_id ORDER BY next_attempt_at, id) AS turn FROM due
+				),
+				chosen AS MATERIALIZED (
+					SELECT id FROM turns WHERE turn <= ${roomOf} ORDER BY turn, next_attempt_at LIMIT ?
 				)
 				UPDATE deliveries SET lease_id = ?, next_attempt_at = ?
-				WHERE id IN (SELECT id FROM due)
+				WHERE id IN (SELECT id FROM chosen)
 				RETURNING id, event_id, webhook_id, attempt_count, first_attempt_at, manual_retry`,
-				[new Date(now).toISOString(), ...saturated, limit, leaseId, new Date(leaseExpiresAt).toISOString()],
+				[new Date(now).toISOString(), ...saturated, limit * CLAIM_LOOK_AHEAD, ...partly.flat(), share, limit, leaseId, new Date(leaseExpiresAt).toISOString()],
 			);
 			const rows = rowsOf<Pick<DeliveryRow, "id" | "event_id" | "webhook_id" | "attempt_count" | "first_attempt_at" | "manual_retry">>(result);
-			if (rows.length === 0) return [];
+			if (rows.length === 0) return { leased: [], filledWebhooks: [] };
+			const leasedOf = new Map<string, number>();
+			for (const row of rows) leasedOf.set(row.webhook_id, (leasedOf.get(row.webhook_id) ?? 0) + 1);
+			const roomBefore = new Map(partly);
+			const filledWebhooks = [...leasedOf].filter(([webhookId, count]) => count >= (roomBefore.get(webhookId) ?? share)).map(([webhookId]) => webhookId);
 			const bodies = new Map<string, string>();
 			for (const eventIds of chunks([...new Set(rows.map(row => row.event_id))], 500)) {
 				const messages: Array<Pick<MessageRow, "event_id" | "body">> = await this.db("delivery_messages").whereIn("event_id", eventIds).select("event_id", "body");
 				for (const message of messages) bodies.set(message.event_id, message.body);
 			}
-			return rows.map(row => ({
+			const leased = rows.map(row => ({
 				id: row.id,
 				webhookId: row.webhook_id,
 				body: bodies.get(row.event_id)!,
@@ -103,6 +129,7 @@ export const ClaimsMixin: DispatcherMixin = {
 				firstAttemptAt: row.first_attempt_at,
 				manualRetry: isTrue(row.manual_retry),
 			}));
+			return { leased, filledWebhooks };
 		},
 
 		claimSoon(this: DispatcherThis): void {

@@ -10,17 +10,18 @@ import crypto from "node:crypto";
 import { Errors, type Context } from "moleculer";
 import type { Knex } from "knex";
 import { z } from "zod";
-import { nowIso } from "../db.mixin";
+import { isPostgres, nowIso } from "../db.mixin";
 import { validationError, zodParams } from "../validation";
 import { invalidField, isDependencyFailure } from "../../lib/errors";
 import { ORDER_STATUS_CHANNEL } from "../../lib/intake-channel";
 import { timeOrderedUuid } from "../../lib/ids";
-import { sqliteConnectionOf } from "../../lib/sqlite-statements";
-import { chunks } from "../../lib/sql-rows";
+import { inSqliteTransaction, type SqliteConnection } from "../../lib/sqlite-statements";
+import { chunks, rowsOf } from "../../lib/sql-rows";
 import { TASKING_ORDER_STATUS_EVENT, TASKING_ORDER_STATUS_TOPIC, TaskingOrderStatusEvent } from "../../lib/schemas/events";
 import type { Subscriber } from "../../lib/schemas/webhooks";
 import { orderStatusMessage, type PublishResult } from "../../lib/schemas/deliveries";
 import {
+	MAX_BINDINGS_PER_STATEMENT,
 	REJECTED_EXCERPT_CHARS,
 	ROWS_PER_STATEMENT,
 	type DispatcherMixin,
@@ -31,6 +32,24 @@ import {
 	type MessageRow,
 	type NewDeliveryRow,
 } from "./shared";
+
+const MESSAGE_COLUMNS = ["event_id", "customer_id", "user_id", "type", "body", "occurred_at", "created_at"] as const satisfies ReadonlyArray<keyof MessageRow>;
+const DELIVERY_COLUMNS = ["id", "event_id", "webhook_id", "customer_id", "status", "next_attempt_at", "lease_id", "created_at", "updated_at"] as const satisfies ReadonlyArray<keyof NewDeliveryRow>;
+
+/**
+ * SQLite, inside one transaction: one prepared single-row statement per row (cached by the
+ * connection; cheaper here than multi-row statements); deliveries only for the new events.
+ */
+function insertEventsSqlite(connection: SqliteConnection, messages: MessageRow[], deliveries: NewDeliveryRow[]): Set<string> {
+	const insertMessage = connection.prepare(
+		`INSERT INTO delivery_messages (${MESSAGE_COLUMNS.join(", ")}) VALUES (${MESSAGE_COLUMNS.map(column => `@${column}`).join(", ")}) ON CONFLICT (event_id) DO NOTHING`,
+	);
+	const inserted = new Set<string>();
+	for (const row of messages) if (insertMessage.run(row).changes === 1) inserted.add(row.event_id);
+	const insertDelivery = connection.prepare(`INSERT INTO deliveries (${DELIVERY_COLUMNS.join(", ")}) VALUES (${DELIVERY_COLUMNS.map(column => `@${column}`).join(", ")})`);
+	for (const row of deliveries) if (inserted.has(row.event_id)) insertDelivery.run(row);
+	return inserted;
+}
 
 /** PostgreSQL text cannot hold NUL characters, and a rejected payload may contain anything. */
 const storable = (text: string, max: number) => text.replaceAll("\u0000", "").slice(0, max);
@@ -166,59 +185,61 @@ export const IntakeMixin: DispatcherMixin = {
 			const firstOfEvent = new Map<string, IntakeItem>();
 			for (const item of items) if (!firstOfEvent.has(item.eventId)) firstOfEvent.set(item.eventId, item);
 
-			const deliveriesOf = new Map<string, number>();
-			const leased: LeasedDelivery[] = [];
-			let unleased = 0;
+			// Every delivery is planned (and leased when the worker has room) before the write; those
+			// of an event that turns out to be a repeat are dropped again after it.
+			const messages: MessageRow[] = [];
+			const deliveryRows: NewDeliveryRow[] = [];
+			const planned: Array<{ eventId: string; webhookId: string; delivery?: LeasedDelivery }> = [];
+			for (const item of firstOfEvent.values()) {
+				messages.push({ event_id: item.eventId, customer_id: item.customerId, user_id: item.userId, type: item.type, body: item.body, occurred_at: item.occurredAt, created_at: now });
+				for (const subscriber of subscribersOf.get(item.customerId) ?? []) {
+					const id = timeOrderedUuid();
+					const lease = !this.stopping && this.takeLease(subscriber.id);
+					const delivery = lease ? { id, webhookId: subscriber.id, body: item.body, leaseId, leaseExpiresAt, attemptCount: 0, firstAttemptAt: null, manualRetry: false } : undefined;
+					planned.push({ eventId: item.eventId, webhookId: subscriber.id, delivery });
+					deliveryRows.push({
+						id,
+						event_id: item.eventId,
+						webhook_id: subscriber.id,
+						customer_id: item.customerId,
+						status: "pending",
+						next_attempt_at: lease ? leaseExpiry : now,
+						lease_id: lease ? leaseId : null,
+						created_at: now,
+						updated_at: now,
+					});
+				}
+			}
+			let inserted: Set<string>;
 			try {
-				await this.db.transaction(async trx => {
-					const inserted = await this.insertMessages(
-						trx,
-						[...firstOfEvent.values()].map(item => ({
-							event_id: item.eventId,
-							customer_id: item.customerId,
-							user_id: item.userId,
-							type: item.type,
-							body: item.body,
-							occurred_at: item.occurredAt,
-							created_at: now,
-						})),
-					);
-
-					const deliveryRows: NewDeliveryRow[] = [];
-					for (const item of firstOfEvent.values()) {
-						if (!inserted.has(item.eventId)) continue;
-						const subscribers = subscribersOf.get(item.customerId) ?? [];
-						deliveriesOf.set(item.eventId, subscribers.length);
-						for (const subscriber of subscribers) {
-							const id = timeOrderedUuid();
-							const lease = !this.stopping && this.takeLease(subscriber.id);
-							if (lease) leased.push({ id, webhookId: subscriber.id, body: item.body, leaseId, leaseExpiresAt, attemptCount: 0, firstAttemptAt: null, manualRetry: false });
-							else unleased += 1;
-							deliveryRows.push({
-								id,
-								event_id: item.eventId,
-								webhook_id: subscriber.id,
-								customer_id: item.customerId,
-								status: "pending",
-								next_attempt_at: lease ? leaseExpiry : now,
-								lease_id: lease ? leaseId : null,
-								created_at: now,
-								updated_at: now,
-							});
-						}
-					}
-					await this.insertDeliveries(trx, deliveryRows);
-				});
+				inserted = await this.writeEvents(messages, deliveryRows);
 			} catch (err) {
-				for (const delivery of leased) this.releaseHold(delivery.webhookId);
+				for (const { delivery } of planned) if (delivery) this.releaseHold(delivery.webhookId);
 				throw err;
+			}
+			const deliveriesOf = new Map<string, number>();
+			for (const eventId of inserted) deliveriesOf.set(eventId, 0);
+			const leased: LeasedDelivery[] = [];
+			// Rows left unleased wait for a claim. One is worth running now only for a webhook
+			// below its share (this instance was full); a webhook at its share is claimed for once
+			// half of it is free (see releaseHold).
+			let claimNow = false;
+			for (const { eventId, webhookId, delivery } of planned) {
+				if (!inserted.has(eventId)) {
+					if (delivery) this.releaseHold(delivery.webhookId);
+					continue;
+				}
+				deliveriesOf.set(eventId, deliveriesOf.get(eventId)! + 1);
+				if (delivery) leased.push(delivery);
+				else if (this.hasShareLeft(webhookId)) claimNow = true;
+				else this.waitingWebhooks.add(webhookId);
 			}
 
 			for (const subscribers of subscriberLists) {
 				for (const subscriber of subscribers) this.cacheTarget(subscriber.id, { id: subscriber.id, url: subscriber.url, active: true, secrets: subscriber.secrets, headers: subscriber.headers });
 			}
 			for (const delivery of leased) this.enqueue(delivery);
-			if (unleased > 0) {
+			if (claimNow) {
 				this.backlog = true;
 				this.claimSoon();
 			}
@@ -232,20 +253,52 @@ export const IntakeMixin: DispatcherMixin = {
 			});
 		},
 
-		// ---- hot writes: one prepared statement per row on SQLite, multi-row statements on PostgreSQL
+		// ---- hot writes: one synchronous transaction on SQLite, one statement per batch on PostgreSQL
 
-		/** Inserts the messages whose event_id is new; returns those event_ids. */
+		/**
+		 * Writes the messages whose event_id is new and the deliveries of those, atomically; returns
+		 * the event_ids that were new. On PostgreSQL a batch is one statement (one round trip)
+		 * while it fits the bind-variable limit, a transaction of multi-row statements beyond.
+		 */
+		async writeEvents(this: DispatcherThis, messages: MessageRow[], deliveries: NewDeliveryRow[]): Promise<Set<string>> {
+			if (!isPostgres(this.db)) return inSqliteTransaction(this.db, connection => insertEventsSqlite(connection, messages, deliveries));
+			if ((messages.length * MESSAGE_COLUMNS.length + deliveries.length * DELIVERY_COLUMNS.length) <= MAX_BINDINGS_PER_STATEMENT) {
+				return this.insertEventsAtOnce(messages, deliveries);
+			}
+			return this.db.transaction(async trx => {
+				const inserted = await this.insertMessages(trx, messages);
+				await this.insertDeliveries(trx, deliveries.filter(row => inserted.has(row.event_id)));
+				return inserted;
+			});
+		},
+
+		/** PostgreSQL: the new messages and their deliveries in one statement. */
+		async insertEventsAtOnce(this: DispatcherThis, messages: MessageRow[], deliveries: NewDeliveryRow[]): Promise<Set<string>> {
+			const tuple = (size: number) => `(${Array(size).fill("?").join(", ")})`;
+			const messageValues = messages.map(() => tuple(MESSAGE_COLUMNS.length)).join(", ");
+			const deliveryValues = deliveries.map(() => tuple(DELIVERY_COLUMNS.length)).join(", ");
+			const insertDeliveries = deliveries.length
+				? `, d AS (
+					INSERT INTO deliveries (${DELIVERY_COLUMNS.join(", ")})
+					SELECT ${DELIVERY_COLUMNS.map(column => `v.${column}`).join(", ")}
+					FROM (VALUES ${deliveryValues}) AS v(${DELIVERY_COLUMNS.join(", ")})
+					WHERE v.event_id IN (SELECT event_id FROM m)
+				)`
+				: "";
+			const result = await this.db.raw(
+				`WITH m AS (
+					INSERT INTO delivery_messages (${MESSAGE_COLUMNS.join(", ")}) VALUES ${messageValues}
+					ON CONFLICT (event_id) DO NOTHING RETURNING event_id
+				)${insertDeliveries}
+				SELECT event_id FROM m`,
+				[...messages.flatMap(row => MESSAGE_COLUMNS.map(column => row[column])), ...deliveries.flatMap(row => DELIVERY_COLUMNS.map(column => row[column]))],
+			);
+			return new Set(rowsOf<{ event_id: string }>(result).map(row => row.event_id));
+		},
+
+		/** PostgreSQL, batches too large for one statement: inserts the new messages; returns their event_ids. */
 		async insertMessages(this: DispatcherThis, trx: Knex.Transaction, rows: MessageRow[]): Promise<Set<string>> {
 			const inserted = new Set<string>();
-			const sqlite = await sqliteConnectionOf(trx);
-			if (sqlite) {
-				const insert = sqlite.prepare(
-					`INSERT INTO delivery_messages (event_id, customer_id, user_id, type, body, occurred_at, created_at)
-					VALUES (@event_id, @customer_id, @user_id, @type, @body, @occurred_at, @created_at) ON CONFLICT (event_id) DO NOTHING`,
-				);
-				for (const row of rows) if (insert.run(row).changes === 1) inserted.add(row.event_id);
-				return inserted;
-			}
 			for (const batch of chunks(rows, ROWS_PER_STATEMENT)) {
 				const returned: Array<{ event_id: string }> = await trx("delivery_messages").insert(batch).onConflict("event_id").ignore().returning("event_id");
 				for (const row of returned) inserted.add(row.event_id);
@@ -254,15 +307,6 @@ export const IntakeMixin: DispatcherMixin = {
 		},
 
 		async insertDeliveries(this: DispatcherThis, trx: Knex.Transaction, rows: NewDeliveryRow[]): Promise<void> {
-			const sqlite = await sqliteConnectionOf(trx);
-			if (sqlite) {
-				const insert = sqlite.prepare(
-					`INSERT INTO deliveries (id, event_id, webhook_id, customer_id, status, next_attempt_at, lease_id, created_at, updated_at)
-					VALUES (@id, @event_id, @webhook_id, @customer_id, @status, @next_attempt_at, @lease_id, @created_at, @updated_at)`,
-				);
-				for (const row of rows) insert.run(row);
-				return;
-			}
 			for (const batch of chunks(rows, ROWS_PER_STATEMENT)) await trx("deliveries").insert(batch);
 		},
 	},

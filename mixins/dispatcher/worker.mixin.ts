@@ -3,7 +3,8 @@
 // taking turns so that a busy one cannot starve the others. This instance holds at most
 // LEASE_BUFFER_FACTOR leases per unit of concurrency (queued + in flight). Each webhook's URL and
 // secrets come from a short-lived cache filled by webhooks.resolve and emptied by the webhooks.*
-// events; a delivery of a removed webhook is cancelled, one of a disabled webhook parked.
+// events; a delivery of a removed webhook is cancelled, one of a disabled webhook parked. A
+// webhook whose last attempt failed is sent one attempt at a time until one succeeds.
 import type { Context } from "moleculer";
 import { nowIso } from "../db.mixin";
 import { chunks } from "../../lib/sql-rows";
@@ -36,6 +37,8 @@ export const WorkerMixin: DispatcherMixin = {
 				const id = ctx.params?.id;
 				if (typeof id !== "string") return;
 				this.cacheTarget(id, null);
+				this.failingWebhooks.delete(id);
+				this.waitingWebhooks.delete(id);
 				const cancelled = await this.cancelPending(id).catch(err => {
 					this.logger.error(`Could not cancel deliveries of removed webhook ${id}`, err);
 					return 0;
@@ -64,11 +67,21 @@ export const WorkerMixin: DispatcherMixin = {
 			return true;
 		},
 
+		/** Whether the webhook holds less than its share of this instance's leases. */
+		hasShareLeft(this: DispatcherThis, webhookId: string): boolean {
+			return (this.heldByWebhook.get(webhookId) ?? 0) < this.config.DELIVERY_WEBHOOK_CONCURRENCY * LEASE_BUFFER_FACTOR;
+		},
+
 		releaseHold(this: DispatcherThis, webhookId: string): void {
 			this.held -= 1;
 			const left = (this.heldByWebhook.get(webhookId) ?? 1) - 1;
 			if (left > 0) this.heldByWebhook.set(webhookId, left);
 			else this.heldByWebhook.delete(webhookId);
+			// Half its share free: worth a claim for the rows it left waiting.
+			if (this.waitingWebhooks.has(webhookId) && left <= (this.config.DELIVERY_WEBHOOK_CONCURRENCY * LEASE_BUFFER_FACTOR) / 2) {
+				this.waitingWebhooks.delete(webhookId);
+				this.backlog = true;
+			}
 		},
 
 		enqueue(this: DispatcherThis, delivery: LeasedDelivery): void {
@@ -89,7 +102,10 @@ export const WorkerMixin: DispatcherMixin = {
 				for (const webhookId of [...this.queues.keys()]) {
 					if (this.inFlight >= globalLimit) break;
 					const queue = this.queues.get(webhookId)!;
-					if ((this.inFlightByWebhook.get(webhookId) ?? 0) >= webhookLimit) continue;
+					// A webhook whose last attempt failed gets one attempt at a time until one succeeds:
+					// its retries, due all the time, must not take the capacity healthy webhooks need.
+					const limit = this.failingWebhooks.has(webhookId) ? 1 : webhookLimit;
+					if ((this.inFlightByWebhook.get(webhookId) ?? 0) >= limit) continue;
 					const target = this.freshTarget(webhookId);
 					if (target === undefined) {
 						if (!this.resolving.has(webhookId) && !unresolved.includes(webhookId)) unresolved.push(webhookId);
@@ -164,6 +180,8 @@ export const WorkerMixin: DispatcherMixin = {
 			const attempt = this.sender
 				.send({ url: target.url, messageId: messageIdOf(delivery.id), body: delivery.body, secrets: target.secrets, headers: target.headers, timeoutMs: this.config.DELIVERY_TIMEOUT })
 				.then(outcome => {
+					if (outcome.success) this.failingWebhooks.delete(delivery.webhookId);
+					else this.failingWebhooks.add(delivery.webhookId);
 					const update = this.afterAttempt(delivery, outcome);
 					this.finish(delivery, update);
 				})

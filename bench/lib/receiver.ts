@@ -1,0 +1,86 @@
+// Child process of bench/delivery.ts: the webhook receivers, in a process of their own so that
+// they have their own core and event loop, as real receivers would. One HTTPS port per endpoint
+// (each its own origin, so each gets its own connection pool in a client): "ok" answers 200 at
+// once, "slow" answers 200 after SLOW_MS, "fail" always answers 500.
+//
+// For bodies that carry `"sent_at":<ms>` (the monotonic clock, shared by every process on the
+// machine), an "ok" endpoint records [sent_at, latency] for the parent. Counts of answered "ok"
+// requests are pushed to the parent every few milliseconds while they change.
+import https from "node:https";
+import type { AddressInfo } from "node:net";
+import { startEventLoopProbe } from "./event-loop-probe";
+
+export type EndpointKind = "ok" | "slow" | "fail";
+export const SLOW_MS = 100;
+
+export interface ReceiverReady {
+	ports: number[];
+}
+export type ReceiverMessage = { type: "count"; ok: number; slow: number; fail: number } | { type: "samples"; samples: Array<[number, number]> };
+
+export const monotonicMs = () => Number(process.hrtime.bigint()) / 1e6;
+
+function main(): void {
+	const kinds = (process.env.RECEIVER_ENDPOINTS ?? "ok").split(",") as EndpointKind[];
+	const key = process.env.RECEIVER_KEY!;
+	const cert = process.env.RECEIVER_CERT!;
+	const counts = { ok: 0, slow: 0, fail: 0 };
+	let samples: Array<[number, number]> = [];
+	let reported = -1;
+
+	const servers = kinds.map(kind =>
+		https.createServer({ key, cert, keepAliveTimeout: 30_000 }, (req, res) => {
+			const chunks: Buffer[] = [];
+			req.on("data", chunk => chunks.push(chunk));
+			req.on("end", () => {
+				const arrived = monotonicMs();
+				const answer = (status: number) => {
+					counts[kind] += 1;
+					res.writeHead(status, { "content-type": "text/plain" });
+					res.end(status === 200 ? "ok" : "nope");
+				};
+				if (kind === "ok") {
+					const body = Buffer.concat(chunks).toString("utf8");
+					const at = body.indexOf('"sent_at":');
+					if (at >= 0) {
+						const sentAt = parseFloat(body.slice(at + 10));
+						samples.push([sentAt, arrived - sentAt]);
+					}
+					answer(200);
+				} else if (kind === "slow") {
+					setTimeout(() => answer(200), SLOW_MS);
+				} else {
+					answer(500);
+				}
+			});
+		}),
+	);
+
+	let listening = 0;
+	for (const server of servers) {
+		server.listen(0, "127.0.0.1", () => {
+			listening += 1;
+			if (listening === servers.length) process.send!({ ports: servers.map(s => (s.address() as AddressInfo).port) } satisfies ReceiverReady);
+		});
+	}
+	setInterval(() => {
+		const total = counts.ok + counts.slow + counts.fail;
+		if (total === reported) return;
+		reported = total;
+		process.send!({ type: "count", ...counts } satisfies ReceiverMessage);
+	}, 2);
+	process.on("message", (message: string) => {
+		if (message === "samples") {
+			process.send!({ type: "samples", samples } satisfies ReceiverMessage);
+			samples = [];
+		}
+		// Counts are never reset (a count already on its way would undo it); the parent takes differences.
+		if (message === "reset") samples = [];
+	});
+	startEventLoopProbe();
+	const stop = () => process.exit(0);
+	process.on("SIGTERM", stop);
+	process.on("disconnect", stop);
+}
+
+if (require.main === module) main();

@@ -1,0 +1,76 @@
+// Claims share the leases out between webhooks: one webhook with a pile of due rows (a slow or
+// failing receiver's retries) cannot take every lease of a claim, so the deliveries of the other
+// webhooks are claimed in the same round instead of waiting until that pile is worked off.
+import type { Knex } from "knex";
+import { startStack, type Stack } from "./helpers/stack";
+import { testDatabases } from "./helpers/services";
+import type { ClaimedBatch } from "../mixins/dispatcher/shared";
+
+// Share per webhook: DELIVERY_WEBHOOK_CONCURRENCY x LEASE_BUFFER_FACTOR (4) = 4; 16 in all.
+const ENV = { DELIVERY_CONCURRENCY: "4", DELIVERY_WEBHOOK_CONCURRENCY: "1", DELIVERY_POLL_INTERVAL: "1h" };
+const PILED = "11111111-1111-4111-8111-111111111111";
+const HEALTHY = "22222222-2222-4222-8222-222222222222";
+
+interface ClaimingService {
+	claimBatch(limit: number): Promise<ClaimedBatch>;
+	heldByWebhook: Map<string, number>;
+}
+
+/** `count` due deliveries of one webhook, one event each. */
+async function seedDue(db: Knex, webhookId: string, count: number, ageMs: number): Promise<void> {
+	const now = new Date().toISOString();
+	const idOf = (i: number) => `${webhookId.slice(0, 24)}${String(i).padStart(12, "0")}`;
+	await db("delivery_messages").insert(
+		Array.from({ length: count }, (_, i) => ({ event_id: idOf(i), customer_id: "acme", user_id: "u-1", type: "tasking:order_status", body: "{}", occurred_at: now, created_at: now })),
+	);
+	await db("deliveries").insert(
+		Array.from({ length: count }, (_, i) => ({
+			id: idOf(i),
+			event_id: idOf(i),
+			webhook_id: webhookId,
+			customer_id: "acme",
+			status: "pending",
+			// The piled-up rows are due longest, so an unbounded claim would take them first.
+			next_attempt_at: new Date(Date.now() - ageMs - i).toISOString(),
+			created_at: now,
+			updated_at: now,
+		})),
+	);
+}
+
+describe.each(testDatabases())("claims on %s", database => {
+	let stack: Stack;
+	let dispatcher: ClaimingService;
+
+	beforeAll(async () => {
+		stack = await startStack({ services: ["webhooks", "dispatcher"], database, env: ENV });
+		dispatcher = stack.app.broker.getLocalService("dispatcher") as unknown as ClaimingService;
+	});
+	afterAll(() => stack?.stop());
+
+	it("gives no webhook more than its share of leases in one claim, and says when one stopped there", async () => {
+		await seedDue(stack.db, PILED, 30, 60_000);
+		await seedDue(stack.db, HEALTHY, 2, 1_000);
+
+		const { leased, filledWebhooks } = await dispatcher.claimBatch(16);
+		const leasedOf = (webhookId: string) => leased.filter(delivery => delivery.webhookId === webhookId).length;
+		expect(leasedOf(PILED)).toBe(4);
+		expect(leasedOf(HEALTHY)).toBe(2);
+		expect(filledWebhooks).toEqual([PILED]);
+		const leasedRows = await stack.db("deliveries").whereNotNull("lease_id").select("id", "webhook_id");
+		expect(leasedRows.map(row => row.id).sort()).toEqual(leased.map(delivery => delivery.id).sort());
+
+		// A webhook that already holds part of its share gets only the rest of it.
+		dispatcher.heldByWebhook.set(PILED, 3);
+		try {
+			const next = await dispatcher.claimBatch(16);
+			expect(next.leased.map(delivery => delivery.webhookId)).toEqual([PILED]);
+			expect(next.filledWebhooks).toEqual([PILED]);
+			// At its share, a webhook is left out altogether.
+			dispatcher.heldByWebhook.set(PILED, 4);
+			expect((await dispatcher.claimBatch(16)).leased).toEqual([]);
+		} finally {
+			dispatcher.heldByWebhook.delete(PILED);
+		}
+	});
+});
