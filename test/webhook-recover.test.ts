@@ -4,7 +4,7 @@
 import crypto from "node:crypto";
 import { testDatabases } from "./helpers/services";
 import { newCustomer, orderEvent, startDeliveryStack, waitUntil, type CreatedWebhook, type DeliveryStack } from "./helpers/delivery-stack";
-import { expectProblem, snapshotTables } from "./helpers/stack";
+import { expectProblem } from "./helpers/stack";
 import { timeOrderedUuid } from "../lib/ids";
 import { MAX_RECOVER_BATCH } from "../lib/schemas/deliveries";
 
@@ -110,7 +110,14 @@ describe.each(testDatabases())("recover on %s", database => {
 		env.script(webhook, [], { status: 500 });
 		const events = await publishAll(alice, 1);
 		await allFailed(webhook, events);
-		const snapshot = await snapshotTables(db(), ["deliveries", "delivery_attempts"]);
+		// This webhook's rows only: the previous test's ten thousand recovered deliveries are still
+		// being claimed and parked in the background.
+		const rowsOfThisWebhook = async () => ({
+			deliveries: await db()("deliveries").where({ webhook_id: webhook.id }).orderBy("id"),
+			attempts: await db()("delivery_attempts as a").join("deliveries as d", "d.id", "a.delivery_id").where("d.webhook_id", webhook.id).select("a.*").orderBy("a.id"),
+			recoveredElsewhere: await db()("deliveries").where({ manual_retry: true }).whereNot({ webhook_id: webhook.id }).whereIn("customer_id", [alice.id, mallory.id]).count({ count: "*" }),
+		});
+		const snapshot = await rowsOfThisWebhook();
 
 		expectProblem(await recover(webhook, mallory.token, { since: "2000-01-01T00:00:00Z" }), 404);
 		expectProblem(await recover({ id: crypto.randomUUID() }, alice.token, { since: "2000-01-01T00:00:00Z" }), 404);
@@ -135,6 +142,6 @@ describe.each(testDatabases())("recover on %s", database => {
 		}
 		const malformed = await env.stack.request("POST", `/id/v3/webhooks/${webhook.id}/recover`, { token: alice.token, body: "{since:", headers: { "content-type": "application/json" } });
 		expectProblem(malformed, 400);
-		expect(await snapshotTables(db(), ["deliveries", "delivery_attempts"])).toEqual(snapshot);
+		expect(await rowsOfThisWebhook()).toEqual(snapshot);
 	});
 });
