@@ -2,9 +2,8 @@
 // so no delivery is ever attempted by both at the same time, and none is lost. On SQLite the two
 // share the single writer; on PostgreSQL they claim with FOR UPDATE SKIP LOCKED.
 import crypto from "node:crypto";
-import type { Stack } from "./helpers/stack";
 import { testDatabases } from "./helpers/services";
-import { attemptsMadeBy, sleep, startDeliveryStack, startSecondDispatcher, stopSecondDispatcher, verified, waitUntil, type DeliveryStack } from "./helpers/delivery-stack";
+import { attemptsMadeBy, sleep, useTwoDispatchers, verified, waitUntil } from "./helpers/delivery-stack";
 import type { ReceivedRequest } from "./helpers/https-receiver";
 
 // Small capacity, so that most deliveries are not leased at intake but claimed by the poll loops
@@ -15,19 +14,10 @@ const EVENTS = 40;
 
 
 describe.each(testDatabases())("two dispatcher instances on %s", database => {
-	let first: DeliveryStack;
-	let second: Stack;
-
-	beforeAll(async () => {
-		first = await startDeliveryStack(database, { env: INSTANCE_ENV });
-		second = await startSecondDispatcher(first, database, INSTANCE_ENV);
-	});
-	afterAll(async () => {
-		await stopSecondDispatcher(second);
-		await first?.stop();
-	});
+	const instances = useTwoDispatchers(database, INSTANCE_ENV);
 
 	it("never attempts one delivery twice at once, and delivers every one", async () => {
+		const { first, second } = instances;
 		const token = await first.stack.token("alice");
 		const webhooks = [];
 		for (let i = 0; i < WEBHOOKS; i++) webhooks.push(await first.createWebhook(token));

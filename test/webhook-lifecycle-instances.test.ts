@@ -1,37 +1,24 @@
 // Auto-disable with two dispatcher instances (two brokers) on one database: the failure streak
 // lives in the database, so a success seen by either instance ends it, and a dead webhook is
 // disabled once, with one webhook:disabled notice, whichever instance decides. SQLite and PostgreSQL.
-import type { Stack } from "./helpers/stack";
 import { testDatabases } from "./helpers/services";
 import {
 	attemptsMadeBy,
 	newCustomer,
 	orderEvent,
 	sleep,
-	startDeliveryStack,
-	startSecondDispatcher,
-	stopSecondDispatcher,
+	useTwoDispatchers,
 	waitUntil,
-	type DeliveryStack,
 } from "./helpers/delivery-stack";
 
 // Small capacity, so both instances' poll loops claim retries; a test-sized failure window.
 const INSTANCE_ENV = { DELIVERY_CONCURRENCY: "2", DELIVERY_WEBHOOK_CONCURRENCY: "1", WEBHOOK_DISABLE_AFTER: "2s" };
 
 describe.each(testDatabases())("auto-disable across two dispatcher instances on %s", database => {
-	let first: DeliveryStack;
-	let second: Stack;
-
-	beforeAll(async () => {
-		first = await startDeliveryStack(database, { env: INSTANCE_ENV });
-		second = await startSecondDispatcher(first, database, INSTANCE_ENV);
-	});
-	afterAll(async () => {
-		await stopSecondDispatcher(second);
-		await first?.stop();
-	});
+	const instances = useTwoDispatchers(database, INSTANCE_ENV);
 
 	it("keeps a webhook that succeeds now and then on either instance, and disables a dead one once", async () => {
+		const { first, second } = instances;
 		const alice = await newCustomer(first.stack);
 		const flaky = await first.createWebhook(alice.token);
 		const dead = await first.createWebhook(alice.token);

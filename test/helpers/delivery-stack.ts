@@ -133,21 +133,30 @@ export function orderEvent(customer: { id: string; userId: string }, extra: Part
 	};
 }
 
-/** A second stack running webhooks and a dispatcher on the first one's database, as another instance would. */
-export function startSecondDispatcher(first: DeliveryStack, database: DatabaseKind, env: Record<string, string>): Promise<Stack> {
-	return startStack({
-		services: ["webhooks", "dispatcher"],
-		database,
-		dataDir: first.stack.dataDir,
-		schema: first.stack.schema,
-		env: { ...FAST_DELIVERY_ENV, ...env, WEBHOOK_CA_FILE: first.caFile },
+/**
+ * Two dispatcher instances on one database for the enclosing describe block: `first`, the whole
+ * delivery stack, and `second`, another broker running webhooks and a dispatcher on the same
+ * data, as another instance would. Read them inside the tests (they exist once beforeAll ran).
+ */
+export function useTwoDispatchers(database: DatabaseKind, env: Record<string, string>): { readonly first: DeliveryStack; readonly second: Stack } {
+	const instances = {} as { first: DeliveryStack; second: Stack };
+	beforeAll(async () => {
+		instances.first = await startDeliveryStack(database, { env });
+		instances.second = await startStack({
+			services: ["webhooks", "dispatcher"],
+			database,
+			dataDir: instances.first.stack.dataDir,
+			schema: instances.first.stack.schema,
+			env: { ...FAST_DELIVERY_ENV, ...env, WEBHOOK_CA_FILE: instances.first.caFile },
+		});
 	});
-}
-
-/** Stops a stack from startSecondDispatcher, leaving the shared data to the first one. */
-export async function stopSecondDispatcher(second: Stack | undefined): Promise<void> {
-	await second?.stopServices();
-	await second?.db.destroy();
+	afterAll(async () => {
+		// The second leaves the shared data to the first.
+		await instances.second?.stopServices();
+		await instances.second?.db.destroy();
+		await instances.first?.stop();
+	});
+	return instances;
 }
 
 /** Delivery attempts this broker's dispatcher made, from its metrics. */
