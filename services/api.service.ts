@@ -191,7 +191,7 @@ const ApiService: ServiceSchema<ServiceSettingSchema, ApiThis> = {
 				use: [],
 			},
 			{
-				// The OpenAPI 3.1 document (lib/openapi.ts). Public, like any API reference.
+				// The OpenAPI 3.1 document (lib/openapi/). Public, like any API reference.
 				path: "/openapi.json",
 				mappingPolicy: "restrict",
 				autoAliases: false,

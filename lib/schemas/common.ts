@@ -55,7 +55,7 @@ export function queryInteger(min: number, max: number) {
 	return schema;
 }
 
-/** How a query integer is documented (lib/openapi.ts): the union above is an implementation detail. */
+/** How a query integer is documented (lib/openapi/operation-object.ts): the union above is an implementation detail. */
 export const QUERY_INTEGERS = new WeakMap<z.ZodType, { type: "integer"; minimum: number; maximum: number }>();
 
 /** Query values arrive as strings; per_page is 1..100, default 25. */
