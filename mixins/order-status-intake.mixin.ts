@@ -10,7 +10,7 @@ import { retryOnDependencyFailure } from "../lib/dependency-retry";
 import { isDependencyFailure } from "../lib/errors";
 import { deadLetter, INTAKE_MAX_DELIVERIES, intakeChannelSettings, ORDER_STATUS_CHANNEL, redeliveryDelayMs, stableEventId, type IntakeGroup } from "../lib/intake-channel";
 import type { AppConfig } from "../lib/config";
-import { TASKING_ORDER_STATUS_EVENT } from "../lib/schemas/events";
+import { TASKING_ORDER_STATUS_EVENT, withEventId } from "../lib/schemas/events";
 
 export type IntakeSource = "channel" | "event";
 
@@ -32,13 +32,6 @@ export interface JetStreamMessage {
 // A broker event is retried this many times in-process before it is given up (and logged).
 const EVENT_RETRIES = 3;
 const EVENT_RETRY_MS = 200;
-
-/** Gives an event without event_id the id its stored message implies, the same in every group. */
-function withEventId(payload: unknown, message: JetStreamMessage): unknown {
-	if (!payload || typeof payload !== "object" || Array.isArray(payload)) return payload;
-	if ((payload as { event_id?: unknown }).event_id !== undefined) return payload;
-	return { ...payload, event_id: stableEventId(message.info) };
-}
 
 export function OrderStatusIntakeMixin(group: IntakeGroup): Partial<ServiceSchema> {
 	return {
@@ -78,7 +71,8 @@ export function OrderStatusIntakeMixin(group: IntakeGroup): Partial<ServiceSchem
 			 * is the message acknowledged.
 			 */
 			async receiveOrderStatus(this: OrderStatusIntakeThis, payload: unknown, message: JetStreamMessage): Promise<void> {
-				const event = withEventId(payload, message);
+				// Without an event_id, the id its stored message implies: the same in every group.
+				const event = withEventId(payload, () => stableEventId(message.info));
 				try {
 					await this.ingestOrderStatus(event, "channel");
 				} catch (err) {

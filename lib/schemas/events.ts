@@ -43,3 +43,14 @@ export type TaskingOrderStatusInput = z.input<typeof TaskingOrderStatusEvent>;
 
 export const TASKING_ORDER_STATUS_EVENT = "tasking.order_status";
 export const TASKING_ORDER_STATUS_TOPIC = "tasking:order_status";
+
+/**
+ * An object event without event_id, with the id `makeId` gives it: set before the event is handed
+ * on, so that every consumer keys it the same way. Anything else is returned as it is (it fails
+ * validation later, where it is recorded as rejected).
+ */
+export function withEventId(payload: unknown, makeId: () => string): unknown {
+	if (!payload || typeof payload !== "object" || Array.isArray(payload)) return payload;
+	if ((payload as { event_id?: unknown }).event_id !== undefined) return payload;
+	return { ...payload, event_id: makeId() };
+}

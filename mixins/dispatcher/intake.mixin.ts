@@ -17,7 +17,7 @@ import { ORDER_STATUS_CHANNEL } from "../../lib/intake-channel";
 import { timeOrderedUuid } from "../../lib/ids";
 import { inSqliteTransaction, type SqliteConnection } from "../../lib/sqlite-statements";
 import { chunks, rowsOf } from "../../lib/sql-rows";
-import { TASKING_ORDER_STATUS_EVENT, TASKING_ORDER_STATUS_TOPIC, TaskingOrderStatusEvent } from "../../lib/schemas/events";
+import { TASKING_ORDER_STATUS_EVENT, TASKING_ORDER_STATUS_TOPIC, TaskingOrderStatusEvent, withEventId } from "../../lib/schemas/events";
 import type { Subscriber } from "../../lib/schemas/webhooks";
 import { orderStatusMessage, type PublishResult } from "../../lib/schemas/deliveries";
 import {
@@ -54,12 +54,6 @@ function insertEventsSqlite(connection: SqliteConnection, messages: MessageRow[]
 /** PostgreSQL text cannot hold NUL characters, and a rejected payload may contain anything. */
 const storable = (text: string, max: number) => text.replaceAll("\u0000", "").slice(0, max);
 
-/** An object event without event_id gets one here, before it is handed to anyone. */
-function withEventId(payload: unknown): unknown {
-	if (!payload || typeof payload !== "object" || Array.isArray(payload) || (payload as { event_id?: unknown }).event_id !== undefined) return payload;
-	return { ...payload, event_id: timeOrderedUuid() };
-}
-
 function excerptOf(payload: unknown): string {
 	let text: string;
 	try {
@@ -84,7 +78,7 @@ export const IntakeMixin: DispatcherMixin = {
 			params: zodParams(z.unknown()),
 			async handler(this: DispatcherThis, ctx: Context<unknown>): Promise<PublishResult> {
 				// One id for both consumers, so that either one recognises a repeat.
-				const event = withEventId(ctx.params);
+				const event = withEventId(ctx.params, timeOrderedUuid);
 				const result = await this.acceptEvent(event, "publish", ctx);
 				await this.handToNotifier(event, ctx);
 				return result;
