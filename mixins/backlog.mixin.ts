@@ -36,6 +36,8 @@ export interface EmailBacklog {
 }
 
 type BacklogThis<T> = Service & { db: Knex; backlogCache?: { at: number; value: Promise<T> } };
+/** A backlog mixin's `this`: `readBacklog` feeds both its action and its gauges. */
+type BacklogReaderThis<Counts, Backlog> = BacklogThis<Counts> & { readBacklog(): Promise<Backlog> };
 
 type DeliveryCounts = Omit<DeliveryBacklog, "oldest_due_age_seconds">;
 type EmailCounts = Omit<EmailBacklog, "oldest_pending_age_seconds">;
@@ -99,18 +101,23 @@ async function readEmailBacklog(db: Knex): Promise<EmailCounts> {
 	return { by_status: byStatus, oldest_pending_at: oldestAt, checked_at: now };
 }
 
-const dispatcherBacklog: Partial<ServiceSchema<ServiceSettingSchema, BacklogThis<DeliveryCounts>>> = {
+const dispatcherBacklog: Partial<ServiceSchema<ServiceSettingSchema, BacklogReaderThis<DeliveryCounts, DeliveryBacklog>>> = {
 	actions: {
 		/** Pending deliveries and the oldest due one (cached for a few seconds). */
 		backlog: {
 			params: zodParams(NoParams),
-			async handler(this: BacklogThis<DeliveryCounts>, _ctx: Context): Promise<DeliveryBacklog> {
-				return withDeliveryAge(await cachedRead(this, () => readDeliveryBacklog(this.db)));
+			handler(this: BacklogReaderThis<DeliveryCounts, DeliveryBacklog>, _ctx: Context): Promise<DeliveryBacklog> {
+				return this.readBacklog();
 			},
 		},
 	},
-	created(this: BacklogThis<DeliveryCounts>) {
-		const read = async () => withDeliveryAge(await cachedRead(this, () => readDeliveryBacklog(this.db)));
+	methods: {
+		async readBacklog(this: BacklogReaderThis<DeliveryCounts, DeliveryBacklog>): Promise<DeliveryBacklog> {
+			return withDeliveryAge(await cachedRead(this, () => readDeliveryBacklog(this.db)));
+		},
+	},
+	created(this: BacklogReaderThis<DeliveryCounts, DeliveryBacklog>) {
+		const read = () => this.readBacklog();
 		backlogGauge(this, read, "webhook_deliveries_pending", "Deliveries not finished yet (due, scheduled for a retry, in flight or parked)", [], (gauge, backlog) => gauge.set(backlog.pending));
 		backlogGauge(this, read, "webhook_deliveries_due", "Pending deliveries whose time has come, not yet claimed by a dispatcher", [], (gauge, backlog) => gauge.set(backlog.due));
 		backlogGauge(this, read, "webhook_delivery_oldest_due_age_seconds", "How long the oldest due delivery has waited past its due time (0 when none is due)", [], (gauge, backlog) =>
@@ -119,18 +126,23 @@ const dispatcherBacklog: Partial<ServiceSchema<ServiceSettingSchema, BacklogThis
 	},
 };
 
-const notifierBacklog: Partial<ServiceSchema<ServiceSettingSchema, BacklogThis<EmailCounts>>> = {
+const notifierBacklog: Partial<ServiceSchema<ServiceSettingSchema, BacklogReaderThis<EmailCounts, EmailBacklog>>> = {
 	actions: {
 		/** The email outbox by status and the oldest pending email (cached for a few seconds). */
 		backlog: {
 			params: zodParams(NoParams),
-			async handler(this: BacklogThis<EmailCounts>, _ctx: Context): Promise<EmailBacklog> {
-				return withEmailAge(await cachedRead(this, () => readEmailBacklog(this.db)));
+			handler(this: BacklogReaderThis<EmailCounts, EmailBacklog>, _ctx: Context): Promise<EmailBacklog> {
+				return this.readBacklog();
 			},
 		},
 	},
-	created(this: BacklogThis<EmailCounts>) {
-		const read = async () => withEmailAge(await cachedRead(this, () => readEmailBacklog(this.db)));
+	methods: {
+		async readBacklog(this: BacklogReaderThis<EmailCounts, EmailBacklog>): Promise<EmailBacklog> {
+			return withEmailAge(await cachedRead(this, () => readEmailBacklog(this.db)));
+		},
+	},
+	created(this: BacklogReaderThis<EmailCounts, EmailBacklog>) {
+		const read = () => this.readBacklog();
 		backlogGauge(this, read, "email_outbox_emails", "Emails in the outbox, by status (pending, sent, failed, skipped)", ["status"], (gauge, backlog) => {
 			for (const [status, count] of Object.entries(backlog.by_status)) gauge.set({ status }, count);
 		});
