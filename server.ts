@@ -6,24 +6,21 @@
 // within SHUTDOWN_BOUND_MS whatever state NATS or the database is in.
 import type { ServiceBroker } from "moleculer";
 import { ConfigError, loadConfig } from "./lib/config";
+import { natsClientsOf, type NatsClient } from "./lib/nats-clients";
 import { createApp, type App } from "./app";
 
 const EXIT_CONFIG = 78;
 // Below the 30 s that orchestrators (docker stop, Kubernetes) wait before SIGKILL.
 const SHUTDOWN_BOUND_MS = 25_000;
 
-interface ClosableConnection {
-	closed(): Promise<void | Error>;
-}
-
-/** The NATS connections this node depends on: moleculer's transporter and the channel adapter. */
-function natsConnections(broker: ServiceBroker): Array<[string, ClosableConnection]> {
-	const transporter = (broker.transit?.tx as unknown as { client?: ClosableConnection } | undefined)?.client;
-	const channels = (broker as unknown as { channelAdapter?: { connection?: ClosableConnection } }).channelAdapter?.connection;
-	const found: Array<[string, ClosableConnection]> = [];
-	if (transporter && typeof transporter.closed === "function") found.push(["transporter", transporter]);
-	if (channels && typeof channels.closed === "function") found.push(["intake channel", channels]);
-	return found;
+/** The NATS connections this node depends on, to be watched for closing for good. */
+function closableNatsConnections(broker: ServiceBroker): Array<[string, Required<Pick<NatsClient, "closed">>]> {
+	const { transporter, intake } = natsClientsOf(broker);
+	const named: Array<[string, NatsClient | null | undefined]> = [
+		["transporter", transporter?.client],
+		["intake channel", intake?.connection],
+	];
+	return named.filter((entry): entry is [string, Required<Pick<NatsClient, "closed">>] => typeof entry[1]?.closed === "function");
 }
 
 async function main(): Promise<void> {
@@ -75,7 +72,7 @@ async function main(): Promise<void> {
 
 	// moleculer only logs a NATS client that gave up; a node that cannot hear the cluster must
 	// stop, so that its supervisor restarts it.
-	for (const [name, connection] of natsConnections(app.broker)) {
+	for (const [name, connection] of closableNatsConnections(app.broker)) {
 		void connection.closed().then(() => {
 			if (!stopping) {
 				logger.fatal(`The NATS connection of the ${name} is closed for good`);

@@ -7,6 +7,7 @@ import type { AddressInfo } from "node:net";
 import ipaddr from "ipaddr.js";
 import type { ServiceBroker } from "moleculer";
 import { metricsOf } from "./metrics";
+import { natsClientsOf } from "./nats-clients";
 import { configOf, listenError } from "./config";
 import { createTokenVerifier, type TokenVerifier } from "./auth";
 
@@ -24,18 +25,13 @@ interface ServiceWithDb {
 
 const TRANSPORTER_PING_TIMEOUT_MS = 1_000;
 
-interface NatsClient {
-	isClosed(): boolean;
-	flush(): Promise<void>;
-}
-
 /**
  * moleculer keeps its `connected` flags up while the NATS client reconnects (forever, by
  * default) and only logs a client that reached "closed", so the flags cannot tell an outage.
  * A PING/PONG round trip can: while the client is cut off, the flush waits for a reconnect.
  */
 async function transporterAnswers(broker: ServiceBroker): Promise<boolean> {
-	const transporter = broker.transit?.tx as unknown as { connected?: boolean; client?: Partial<NatsClient> } | undefined;
+	const { transporter } = natsClientsOf(broker);
 	const client = transporter?.client;
 	if (!client || typeof client.flush !== "function" || typeof client.isClosed !== "function") return Boolean(transporter?.connected);
 	if (client.isClosed()) return false;
@@ -57,7 +53,7 @@ export async function checkHealth(broker: ServiceBroker): Promise<HealthReport> 
 		if (!checks.transporter.ok) checks.transporter.detail = "not connected to the transporter";
 	}
 	// Cluster nodes have the channel adapter; it connects only after the services have started.
-	const adapter = (broker as unknown as { channelAdapter?: { connected?: boolean; connection?: Partial<NatsClient> | null } }).channelAdapter;
+	const adapter = natsClientsOf(broker).intake;
 	if (adapter) {
 		const connection = adapter.connection;
 		const closed = Boolean(connection && typeof connection.isClosed === "function" && connection.isClosed());
