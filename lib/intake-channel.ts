@@ -112,12 +112,29 @@ async function ensureConsumer(manager: JetStreamManager, stream: string, config:
 	}
 }
 
+/** A plain NATS connection from a TRANSPORTER value (one or more comma-separated nats:// URLs). */
+export function connectToNats(natsUrl: string, name: string): Promise<NatsConnection> {
+	return connect({ servers: natsUrl.split(",").map(server => new URL(server).host), name });
+}
+
+/** Removes the intake's streams of a namespace (throw-away namespaces of tests and benchmarks). */
+export async function dropIntakeStreams(natsUrl: string, namespace: string): Promise<void> {
+	const connection = await connectToNats(natsUrl, "intake-cleanup");
+	try {
+		const manager = await connection.jetstreamManager();
+		const names = intakeNames(namespace);
+		for (const stream of [names.stream, names.deadLetterStream]) await manager.streams.delete(stream).catch(() => undefined);
+	} finally {
+		await connection.close();
+	}
+}
+
 /** Creates the intake stream, its dead-letter stream and every group's durable consumer. */
 export async function provisionIntake(natsUrl: string, config: AppConfig): Promise<void> {
 	const names = intakeNames(config.NAMESPACE);
 	let connection: NatsConnection | undefined;
 	try {
-		connection = await connect({ servers: natsUrl.split(",").map(server => new URL(server).host), name: "intake-provisioning" });
+		connection = await connectToNats(natsUrl, "intake-provisioning");
 		const manager = await connection.jetstreamManager().catch(err => {
 			// nats.js answers a server without JetStream with a bare "503".
 			if ((err as { code?: string }).code === "503") throw new ConfigError(`Invalid configuration: TRANSPORTER: the NATS server at ${natsUrl} has no JetStream; start it with -js`);

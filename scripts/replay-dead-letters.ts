@@ -3,15 +3,14 @@
 // TRANSPORTER and NAMESPACE once whatever made the consumers give up (usually a long database
 // outage) is mended. A replayed event carries the event_id it had, so the consumer group that
 // had already persisted it sees a repeat and skips it.
-import { connect } from "nats";
 import { ConfigError, parseConfig } from "../lib/config";
-import { intakeNames } from "../lib/intake-channel";
+import { connectToNats, intakeNames } from "../lib/intake-channel";
 
 async function main(): Promise<void> {
 	const config = parseConfig(process.env);
 	if (!config.TRANSPORTER) throw new ConfigError("Invalid configuration: TRANSPORTER: the cluster's nats:// URL is required");
 	const names = intakeNames(config.NAMESPACE);
-	const connection = await connect({ servers: config.TRANSPORTER.split(",").map(server => new URL(server).host), name: "replay-dead-letters" });
+	const connection = await connectToNats(config.TRANSPORTER, "replay-dead-letters");
 	try {
 		const manager = await connection.jetstreamManager();
 		const client = connection.jetstream();

@@ -9,9 +9,8 @@ import os from "node:os";
 import path from "node:path";
 import { freePort } from "./helpers/net";
 import { startNatsServer, type NatsServer } from "./helpers/nats-server";
-import { connect } from "nats";
 import { natsEnabled, TEST_DATABASE_URL, TEST_NATS_URL } from "./helpers/services";
-import { intakeNames } from "../lib/intake-channel";
+import { dropIntakeStreams } from "../lib/intake-channel";
 
 const ROOT = path.resolve(__dirname, "..");
 const KEY = Buffer.alloc(32, 7).toString("base64");
@@ -102,17 +101,6 @@ async function waitFor(condition: () => boolean, running: Running, ms = 60_000):
 	}
 }
 
-/** The shared JetStream server keeps streams; a test that made some removes them. */
-async function dropIntakeStreams(namespace: string): Promise<void> {
-	const nats = await connect({ servers: new URL(TEST_NATS_URL).host });
-	try {
-		const manager = await nats.jetstreamManager();
-		const names = intakeNames(namespace);
-		for (const stream of [names.stream, names.deadLetterStream]) await manager.streams.delete(stream).catch(() => undefined);
-	} finally {
-		await nats.close();
-	}
-}
 
 // Each test starts real processes (several, for the cluster recipe): slow on a loaded machine.
 jest.setTimeout(120_000);
@@ -200,7 +188,8 @@ describe("the server process", () => {
 				expect(running.output().match(/ServiceBroker is stopped/g)).toHaveLength(4);
 			} finally {
 				if (running.child.exitCode === null) process.kill(-running.child.pid!, "SIGKILL");
-				await dropIntakeStreams(namespace);
+				// The shared JetStream server keeps streams: remove this test's.
+				await dropIntakeStreams(TEST_NATS_URL, namespace);
 			}
 		}, 240_000);
 	});

@@ -6,11 +6,10 @@ import crypto from "node:crypto";
 import { ServiceBroker } from "moleculer";
 import { startDeliveryStack, waitUntil, type DeliveryStack } from "./helpers/delivery-stack";
 import { natsEnabled, TEST_NATS_URL } from "./helpers/services";
-import { deadLetter, intakeMiddlewares, intakeNames, INTAKE_GROUPS, stableEventId } from "../lib/intake-channel";
+import { connectToNats, deadLetter, dropIntakeStreams, intakeMiddlewares, intakeNames, INTAKE_GROUPS, stableEventId } from "../lib/intake-channel";
 import { spawn } from "node:child_process";
 import path from "node:path";
 import { parseConfig } from "../lib/config";
-import { connect } from "nats";
 import type { OutboxEntry } from "../services/notifier.service";
 
 const TOPIC = "tasking:order_status";
@@ -94,15 +93,11 @@ describeWithNats("intake, cluster mode on JetStream", () => {
 		await producer?.stop();
 		await env?.stop();
 		// Leave the shared JetStream server as it was.
-		const nats = await connect({ servers: new URL(TEST_NATS_URL).host });
-		const manager = await nats.jetstreamManager();
-		const names = intakeNames(namespace);
-		for (const stream of [names.stream, names.deadLetterStream]) await manager.streams.delete(stream).catch(() => undefined);
-		await nats.close();
+		await dropIntakeStreams(TEST_NATS_URL, namespace);
 	});
 
 	it("provisions the stream and a durable consumer per group, starting at the first event", async () => {
-		const nats = await connect({ servers: new URL(TEST_NATS_URL).host });
+		const nats = await connectToNats(TEST_NATS_URL, "intake-test");
 		try {
 			const manager = await nats.jetstreamManager();
 			const names = intakeNames(namespace);
