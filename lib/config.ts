@@ -151,6 +151,8 @@ export const EnvSchema = z.object({
 	WEBHOOK_TEST_TIMEOUT: duration("5s"),
 	DELIVERY_CONCURRENCY: positiveInt(64),
 	DELIVERY_WEBHOOK_CONCURRENCY: positiveInt(8),
+	// Worker threads that send the HTTPS attempts; 0 sends them on the dispatcher's own event loop.
+	DELIVERY_SENDER_THREADS: z.coerce.number().int().min(0).max(16).default(1),
 	DELIVERY_POLL_INTERVAL: duration("1s"),
 	DELIVERY_LEASE: duration("60s"),
 	SECRET_ROTATION_GRACE: duration("24h"),

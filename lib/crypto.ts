@@ -26,7 +26,23 @@ export function encryptSecret(plaintext: string, base64Key: string, associatedDa
 	return [ENVELOPE_VERSION, iv.toString("base64"), tag.toString("base64"), ciphertext.toString("base64")].join(":");
 }
 
+// Envelopes opened lately. The dispatcher asks for its subscribers' secrets on every intake batch,
+// and AES-GCM over the same envelopes again showed in its profile. An envelope's random IV and
+// tag make it name one plaintext under one key, so (key, AAD, envelope) is a sound cache key.
+const OPENED_KEPT = 10_000;
+const opened = new Map<string, string>();
+
 export function decryptSecret(envelope: string, base64Key: string, associatedData: string): string {
+	const cacheKey = `${base64Key}\u0000${associatedData}\u0000${envelope}`;
+	const known = opened.get(cacheKey);
+	if (known !== undefined) return known;
+	const plaintext = openEnvelope(envelope, base64Key, associatedData);
+	if (opened.size >= OPENED_KEPT) opened.clear();
+	opened.set(cacheKey, plaintext);
+	return plaintext;
+}
+
+function openEnvelope(envelope: string, base64Key: string, associatedData: string): string {
 	const [version, iv, tag, ciphertext] = envelope.split(":");
 	if (version !== ENVELOPE_VERSION || !iv || !tag || !ciphertext) throw new Error("Unrecognised secret envelope");
 	const decipher = crypto.createDecipheriv("aes-256-gcm", keyFrom(base64Key), Buffer.from(iv, "base64"));

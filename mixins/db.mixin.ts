@@ -7,6 +7,7 @@ import fs from "node:fs";
 import knex, { type Knex } from "knex";
 import type { Service, ServiceSchema, ServiceSettingSchema } from "moleculer";
 import { configOf, type AppConfig } from "../lib/config";
+import { SQLITE_DEFAULT_AUTOCHECKPOINT, startSqliteCheckpointer, type SqliteCheckpointer } from "../lib/sqlite-checkpointer";
 
 export interface Migration {
 	name: string;
@@ -17,6 +18,7 @@ export interface Migration {
 interface SharedConnection {
 	db: Knex;
 	users: number;
+	checkpointer?: SqliteCheckpointer;
 }
 
 const connections = new Map<string, SharedConnection>();
@@ -29,10 +31,10 @@ export function isPostgres(db: Knex): boolean {
 	return db.client.config.client === "pg";
 }
 
-function createKnex(config: AppConfig): Knex {
+function createKnex(config: AppConfig): SharedConnection {
 	if (config.DATABASE_URL) {
 		const schema = config.DATABASE_SCHEMA;
-		return knex({
+		const db = knex({
 			client: "pg",
 			connection: config.DATABASE_URL,
 			searchPath: schema ? [schema] : undefined,
@@ -51,25 +53,36 @@ function createKnex(config: AppConfig): Knex {
 			},
 			acquireConnectionTimeout: 10_000,
 		});
+		return { db, users: 0 };
 	}
 	fs.mkdirSync(config.DATA_DIR, { recursive: true });
-	return knex({
+	const filename = path.resolve(config.DATA_DIR, "service.sqlite");
+	let checkpointsElsewhere = true;
+	const db = knex({
 		client: "better-sqlite3",
-		connection: { filename: path.resolve(config.DATA_DIR, "service.sqlite") },
+		connection: { filename },
 		useNullAsDefault: true,
 		pool: {
 			min: 1,
 			max: 1,
 			afterCreate: (conn: SqliteHandle, done: (err?: Error) => void) => {
 				cachePreparedStatements(conn);
+				// First, so that the statements below wait out the checkpointer's short locks.
+				conn.pragma("busy_timeout = 5000");
 				conn.pragma("journal_mode = WAL");
 				conn.pragma("synchronous = NORMAL");
-				conn.pragma("busy_timeout = 5000");
 				conn.pragma("foreign_keys = ON");
+				if (checkpointsElsewhere) conn.pragma("wal_autocheckpoint = 0");
 				done();
 			},
 		},
 	});
+	const checkpointer = startSqliteCheckpointer(filename, reason => {
+		checkpointsElsewhere = false;
+		process.emitWarning(`SQLite checkpoint thread stopped (${reason}); the service's connection checkpoints by itself again`);
+		db.raw(`PRAGMA wal_autocheckpoint = ${SQLITE_DEFAULT_AUTOCHECKPOINT}`).catch(() => undefined);
+	});
+	return { db, users: 0, checkpointer };
 }
 
 interface SqliteHandle {
@@ -105,7 +118,7 @@ export function acquireDatabase(config: AppConfig): Knex {
 	const key = connectionKey(config);
 	let shared = connections.get(key);
 	if (!shared) {
-		shared = { db: createKnex(config), users: 0 };
+		shared = createKnex(config);
 		connections.set(key, shared);
 	}
 	shared.users += 1;
@@ -120,6 +133,7 @@ export async function releaseDatabase(config: AppConfig): Promise<void> {
 	if (shared.users <= 0) {
 		connections.delete(key);
 		await shared.db.destroy();
+		await shared.checkpointer?.stop();
 	}
 }
 

@@ -28,6 +28,7 @@ import { dispatcherMigrations } from "../migrations/dispatcher";
 import { MicroBatcher } from "../lib/micro-batcher";
 import { counter, histogram } from "../lib/metrics";
 import { WebhookSender } from "../lib/webhook-sender";
+import { ThreadedWebhookSender } from "../lib/threaded-sender";
 import { LEASE_SAFETY_MS, MAX_INTAKE_BATCH, MAX_RESULT_BATCH, RESULT_LINGER_MS, type DispatcherThis } from "../mixins/dispatcher/shared";
 import { IntakeMixin } from "../mixins/dispatcher/intake.mixin";
 import { WorkerMixin } from "../mixins/dispatcher/worker.mixin";
@@ -101,11 +102,18 @@ const DispatcherService: ServiceSchema<ServiceSettingSchema, DispatcherThis> = {
 		if (DELIVERY_LEASE < DELIVERY_TIMEOUT + 2 * LEASE_SAFETY_MS) {
 			throw new Error(`Invalid configuration: DELIVERY_LEASE (${DELIVERY_LEASE} ms) must exceed DELIVERY_TIMEOUT (${DELIVERY_TIMEOUT} ms) by at least ${(2 * LEASE_SAFETY_MS) / 1000} s`);
 		}
-		this.sender = new WebhookSender({
+		const senderOptions = {
 			allowNets: this.config.WEBHOOK_ALLOW_NETS,
 			caFile: this.config.WEBHOOK_CA_FILE,
 			connectionsPerOrigin: this.config.DELIVERY_WEBHOOK_CONCURRENCY,
-		});
+		};
+		if (this.config.DELIVERY_SENDER_THREADS === 0) {
+			this.sender = new WebhookSender(senderOptions);
+		} else {
+			const threaded = new ThreadedWebhookSender({ ...senderOptions, threads: this.config.DELIVERY_SENDER_THREADS });
+			await threaded.start();
+			this.sender = threaded;
+		}
 		this.schedulePoll();
 		this.claimSoon();
 	},

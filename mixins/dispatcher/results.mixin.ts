@@ -4,9 +4,8 @@
 // and inserts their attempts in one transaction (SQLite) or one statement (PostgreSQL). Each update is guarded by the delivery's
 // lease_id, so a worker whose lease was lost (taken over, cancelled, retried by hand) writes
 // nothing.
-import type { Knex } from "knex";
 import { isPostgres, nowIso } from "../db.mixin";
-import { sqliteBoolean, sqliteConnectionOf } from "../../lib/sqlite-statements";
+import { inSqliteTransaction, sqliteBoolean, type SqliteConnection } from "../../lib/sqlite-statements";
 import { chunks, rowsOf } from "../../lib/sql-rows";
 import { scheduleNextAttempt } from "../../lib/retry-schedule";
 import { honourRetryAfter } from "../../lib/retry-after";
@@ -15,8 +14,6 @@ import {
 	DEPENDENCY_RETRY_MS,
 	LEASE_BUFFER_FACTOR,
 	MAX_BINDINGS_PER_STATEMENT,
-	ROWS_PER_STATEMENT,
-	type AttemptRow,
 	type DeliveryUpdate,
 	type DispatcherMixin,
 	type DispatcherThis,
@@ -27,6 +24,62 @@ import {
 const RESULT_COLUMNS = 16;
 
 const sleep = (ms: number) => new Promise(resolve => setTimeout(resolve, ms));
+
+/**
+ * SQLite, inside one transaction: writes each update where the delivery's lease still matches
+ * (a delivery whose lease was lost, cancelled or taken over, is left alone), then the attempts of
+ * the matched ones. Returns the ids that matched.
+ */
+function writeResultsSqlite(connection: SqliteConnection, updates: DeliveryUpdate[], now: string): Set<string> {
+	const update = connection.prepare(
+		`UPDATE deliveries SET
+			status = @status, attempt_count = @attempt_count, next_attempt_at = @next_attempt_at,
+			parked = @parked, manual_retry = @manual_retry, lease_id = NULL,
+			first_attempt_at = COALESCE(first_attempt_at, @attempted_at),
+			last_attempt_at = CASE WHEN @attempted = 1 THEN @attempted_at ELSE last_attempt_at END,
+			last_status_code = CASE WHEN @attempted = 1 THEN @status_code ELSE last_status_code END,
+			last_error_kind = CASE WHEN @attempted = 1 THEN @error_kind ELSE last_error_kind END,
+			updated_at = @updated_at
+		WHERE id = @id AND lease_id = @lease_id`,
+	);
+	const insertAttempt = connection.prepare(
+		`INSERT INTO delivery_attempts (delivery_id, attempt, attempted_at, success, status_code, error_kind, title, detail, duration_ms, response_excerpt)
+		VALUES (@delivery_id, @attempt, @attempted_at, @success, @status_code, @error_kind, @title, @detail, @duration_ms, @response_excerpt)`,
+	);
+	const matched = new Set<string>();
+	for (const { delivery, status, attemptCount, nextAttemptAt, parked, manualRetry, outcome } of updates) {
+		const result = update.run({
+			id: delivery.id,
+			lease_id: delivery.leaseId,
+			status,
+			attempt_count: attemptCount,
+			next_attempt_at: nextAttemptAt,
+			parked: sqliteBoolean(parked),
+			manual_retry: sqliteBoolean(manualRetry),
+			attempted: outcome ? 1 : 0,
+			attempted_at: outcome?.attemptedAt ?? null,
+			status_code: outcome?.statusCode ?? null,
+			error_kind: outcome?.errorKind ?? null,
+			updated_at: now,
+		});
+		if (result.changes !== 1) continue;
+		matched.add(delivery.id);
+		if (!outcome) continue;
+		insertAttempt.run({
+			delivery_id: delivery.id,
+			attempt: attemptCount,
+			attempted_at: outcome.attemptedAt,
+			success: sqliteBoolean(outcome.success),
+			status_code: outcome.statusCode,
+			error_kind: outcome.errorKind,
+			title: outcome.title,
+			detail: outcome.detail.slice(0, 500),
+			duration_ms: outcome.durationMs,
+			response_excerpt: outcome.responseExcerpt,
+		});
+	}
+	return matched;
+}
 
 export const ResultsMixin: DispatcherMixin = {
 	methods: {
@@ -95,92 +148,21 @@ export const ResultsMixin: DispatcherMixin = {
 		},
 
 		/**
-		 * Writes a batch of results in one transaction: one UPDATE for all deliveries (each guarded
-		 * by its lease) and one INSERT for the attempts of those whose lease still held.
+		 * Writes a batch of results at once: per delivery a lease-guarded UPDATE, and the attempts
+		 * of those whose lease still held. SQLite: one synchronous transaction; PostgreSQL: one
+		 * statement per chunk.
 		 */
 		async writeUpdates(this: DispatcherThis, updates: DeliveryUpdate[]): Promise<boolean[]> {
 			const now = nowIso();
+			let matched = new Set<string>();
 			if (isPostgres(this.db)) {
-				const matched = new Set<string>();
 				for (const batch of chunks(updates, Math.floor(MAX_BINDINGS_PER_STATEMENT / RESULT_COLUMNS))) {
 					for (const id of await this.writeUpdatesAtOnce(batch, now)) matched.add(id);
 				}
-				return updates.map(update => matched.has(update.delivery.id));
+			} else {
+				matched = await inSqliteTransaction(this.db, connection => writeResultsSqlite(connection, updates, now));
 			}
-			let matched = new Set<string>();
-			await this.db.transaction(async trx => {
-				matched = await this.updateLeased(trx, updates, now);
-				const attempts: AttemptRow[] = updates
-					.filter(update => update.outcome && matched.has(update.delivery.id))
-					.map(({ delivery, attemptCount, outcome }) => ({
-						delivery_id: delivery.id,
-						attempt: attemptCount,
-						attempted_at: outcome!.attemptedAt,
-						success: outcome!.success,
-						status_code: outcome!.statusCode,
-						error_kind: outcome!.errorKind,
-						title: outcome!.title,
-						detail: outcome!.detail.slice(0, 500),
-						duration_ms: outcome!.durationMs,
-						response_excerpt: outcome!.responseExcerpt,
-					}));
-				await this.insertAttempts(trx, attempts);
-			});
 			return updates.map(update => matched.has(update.delivery.id));
-		},
-
-		/**
-		 * SQLite: writes each update where the delivery's lease still matches, and returns the ids
-		 * that matched. A delivery whose lease was lost (cancelled, taken over) is left alone.
-		 */
-		async updateLeased(this: DispatcherThis, trx: Knex.Transaction, updates: DeliveryUpdate[], now: string): Promise<Set<string>> {
-			const matched = new Set<string>();
-			const sqlite = await sqliteConnectionOf(trx);
-			if (sqlite) {
-				const update = sqlite.prepare(
-					`UPDATE deliveries SET
-						status = @status, attempt_count = @attempt_count, next_attempt_at = @next_attempt_at,
-						parked = @parked, manual_retry = @manual_retry, lease_id = NULL,
-						first_attempt_at = COALESCE(first_attempt_at, @attempted_at),
-						last_attempt_at = CASE WHEN @attempted = 1 THEN @attempted_at ELSE last_attempt_at END,
-						last_status_code = CASE WHEN @attempted = 1 THEN @status_code ELSE last_status_code END,
-						last_error_kind = CASE WHEN @attempted = 1 THEN @error_kind ELSE last_error_kind END,
-						updated_at = @updated_at
-					WHERE id = @id AND lease_id = @lease_id`,
-				);
-				for (const change of updates) {
-					const result = update.run({
-						id: change.delivery.id,
-						lease_id: change.delivery.leaseId,
-						status: change.status,
-						attempt_count: change.attemptCount,
-						next_attempt_at: change.nextAttemptAt,
-						parked: sqliteBoolean(change.parked),
-						manual_retry: sqliteBoolean(change.manualRetry),
-						attempted: change.outcome ? 1 : 0,
-						attempted_at: change.outcome?.attemptedAt ?? null,
-						status_code: change.outcome?.statusCode ?? null,
-						error_kind: change.outcome?.errorKind ?? null,
-						updated_at: now,
-					});
-					if (result.changes === 1) matched.add(change.delivery.id);
-				}
-				return matched;
-			}
-			throw new Error("updateLeased is for SQLite; PostgreSQL writes results with writeUpdatesAtOnce");
-		},
-
-		async insertAttempts(this: DispatcherThis, trx: Knex.Transaction, rows: AttemptRow[]): Promise<void> {
-			const sqlite = await sqliteConnectionOf(trx);
-			if (sqlite) {
-				const insert = sqlite.prepare(
-					`INSERT INTO delivery_attempts (delivery_id, attempt, attempted_at, success, status_code, error_kind, title, detail, duration_ms, response_excerpt)
-					VALUES (@delivery_id, @attempt, @attempted_at, @success, @status_code, @error_kind, @title, @detail, @duration_ms, @response_excerpt)`,
-				);
-				for (const row of rows) insert.run({ ...row, success: sqliteBoolean(Boolean(row.success)) });
-				return;
-			}
-			for (const batch of chunks(rows, ROWS_PER_STATEMENT)) await trx("delivery_attempts").insert(batch);
 		},
 
 		/**

@@ -6,7 +6,8 @@ import type { Knex } from "knex";
 import type { DbServiceThis } from "../db.mixin";
 import type { MicroBatcher } from "../../lib/micro-batcher";
 import type { counter, histogram } from "../../lib/metrics";
-import type { DeliveryOutcome, WebhookSender } from "../../lib/webhook-sender";
+import type { DeliveryOutcome } from "../../lib/webhook-sender";
+import type { DeliverySender } from "../../lib/threaded-sender";
 import type { ResolvedWebhook } from "../../lib/schemas/webhooks";
 import type { Attempt, Delivery, DeliveryParams, DeliveryStatus, PublishResult } from "../../lib/schemas/deliveries";
 import type { WebhookDisabledEvent } from "../../lib/schemas/webhooks";
@@ -141,7 +142,7 @@ export interface TenantMeta {
 }
 
 export type DispatcherThis = DbServiceThis & {
-	sender: WebhookSender;
+	sender: DeliverySender;
 	stopping: boolean;
 	intake: MicroBatcher<IntakeItem, PublishResult>;
 	results: MicroBatcher<DeliveryUpdate, boolean>;
@@ -198,8 +199,6 @@ export type DispatcherThis = DbServiceThis & {
 	finish(delivery: LeasedDelivery, change: Omit<DeliveryUpdate, "delivery">): void;
 	writeUpdates(updates: DeliveryUpdate[]): Promise<boolean[]>;
 	writeUpdatesAtOnce(updates: DeliveryUpdate[], now: string): Promise<Set<string>>;
-	updateLeased(trx: Knex.Transaction, updates: DeliveryUpdate[], now: string): Promise<Set<string>>;
-	insertAttempts(trx: Knex.Transaction, rows: AttemptRow[]): Promise<void>;
 	// claims.mixin.ts
 	claimDue(): Promise<void>;
 	claimUntilFull(): Promise<void>;

@@ -1,0 +1,50 @@
+// Keeps SQLite's write-ahead log short from a worker thread, so that the service's event loop
+// never runs a checkpoint. Left to itself, SQLite checkpoints inside the COMMIT that crosses 1,000
+// log pages: that commit copies the pages into the database file and syncs it, blocking every
+// delivery and event for the while. Profiles of a busy dispatcher showed those commits in the
+// slowest event-loop turns. With the checkpointer running, the service's connection turns its
+// own checkpoints off (wal_autocheckpoint = 0); a checkpointer that stops unexpectedly turns them
+// back on, so the log never grows without bound.
+import path from "node:path";
+import { startTypeScriptWorker } from "./typescript-worker";
+
+export const CHECKPOINT_INTERVAL_MS = 250;
+export const SQLITE_DEFAULT_AUTOCHECKPOINT = 1000;
+
+export interface SqliteCheckpointer {
+	/** Resolves once the thread has its connection; rejects if it cannot open the database. */
+	readonly ready: Promise<void>;
+	/** A last checkpoint, then the thread ends. */
+	stop(): Promise<void>;
+}
+
+export function startSqliteCheckpointer(filename: string, onUnexpectedExit: (reason: string) => void): SqliteCheckpointer {
+	const worker = startTypeScriptWorker(path.join(__dirname, "sqlite-checkpoint-thread.ts"), { filename, intervalMs: CHECKPOINT_INTERVAL_MS });
+	worker.unref();
+	let stopping = false;
+	let lastError = "";
+	const exited = new Promise<void>(resolve => worker.once("exit", () => resolve()));
+	const ready = new Promise<void>((resolve, reject) => {
+		worker.on("message", (message: { type: string; message?: string }) => {
+			if (message.type === "ready") resolve();
+			if (message.type === "error") lastError = message.message ?? "";
+		});
+		worker.on("error", error => {
+			lastError = error.message;
+			reject(error);
+		});
+		worker.once("exit", code => {
+			reject(new Error(`the checkpoint thread stopped (exit code ${code})`));
+			if (!stopping) onUnexpectedExit(lastError || `exit code ${code}`);
+		});
+	});
+	ready.catch(() => undefined);
+	return {
+		ready,
+		async stop() {
+			stopping = true;
+			worker.postMessage({ type: "stop" });
+			await exited;
+		},
+	};
+}

@@ -1,0 +1,145 @@
+// Webhook attempts sent from worker threads, so that the HTTPS work (signing, TLS, undici) uses
+// another core than the dispatcher's event loop, which keeps the intake, the claims and the
+// result writes. Profiles of a busy dispatcher showed one saturated event loop with the HTTP
+// client taking about a third of it while the second core idled.
+//
+// Same contract as WebhookSender: send() resolves with an outcome and never throws for network
+// trouble. Attempts started in one turn of the event loop cross to a thread as one message, and
+// outcomes come back the same way. Each URL always goes to the same thread, so that a webhook's
+// connections live in one pool. A thread that dies (a bug, never a network failure) rejects the
+// attempts it held; their leases expire and they are attempted again, as after a crash. The next
+// attempt starts a new thread.
+import path from "node:path";
+import type { Worker } from "node:worker_threads";
+import { startTypeScriptWorker } from "./typescript-worker";
+import type { DeliveryOutcome, DeliveryRequest, WebhookSenderOptions } from "./webhook-sender";
+
+export type ToSenderThread = { type: "send"; attempts: Array<[number, DeliveryRequest]> } | { type: "close" };
+export type FromSenderThread =
+	| { type: "ready" }
+	| { type: "failed"; message: string }
+	| { type: "outcomes"; outcomes: Array<[number, DeliveryOutcome]> }
+	| { type: "closed" };
+
+/** What the dispatcher needs of a sender, in-process or threaded. */
+export interface DeliverySender {
+	send(request: DeliveryRequest): Promise<DeliveryOutcome>;
+	close(): Promise<void>;
+}
+
+const THREAD_ENTRY = path.join(__dirname, "sender-thread.ts");
+
+interface PendingAttempt {
+	resolve(outcome: DeliveryOutcome): void;
+	reject(error: Error): void;
+}
+
+/** One worker thread and the attempts it holds. */
+class SenderThread {
+	private worker: Worker | null = null;
+	private ready: Promise<void> | null = null;
+	private readonly pending = new Map<number, PendingAttempt>();
+	private outbox: Array<[number, DeliveryRequest]> = [];
+	private nextId = 1;
+	private closing = false;
+
+	constructor(private readonly options: WebhookSenderOptions) {}
+
+	/** Starts the thread; rejects with the sender's own error (a bad CA file, say). */
+	start(): Promise<void> {
+		if (this.ready) return this.ready;
+		const worker = startTypeScriptWorker(THREAD_ENTRY, this.options);
+		this.worker = worker;
+		this.ready = new Promise<void>((resolve, reject) => {
+			worker.on("message", (message: FromSenderThread) => {
+				if (message.type === "ready") resolve();
+				else if (message.type === "failed") reject(new Error(message.message));
+				else if (message.type === "outcomes") this.settle(message.outcomes);
+			});
+			worker.once("exit", code => {
+				reject(new Error(`sender thread stopped (exit code ${code}) before it was ready`));
+				this.lost(code);
+			});
+			worker.on("error", error => reject(error));
+		});
+		// An idle thread must not keep the process alive; a starting one must, or awaiting the start
+		// could be the last thing the process does. A failed start is reported to whoever awaits
+		// start(); the next send starts anew.
+		this.ready.then(() => this.pending.size === 0 && worker.unref(), () => undefined);
+		return this.ready;
+	}
+
+	send(request: DeliveryRequest): Promise<DeliveryOutcome> {
+		if (this.closing) return Promise.reject(new Error("the sender is closed"));
+		void this.start();
+		const id = this.nextId++;
+		if (this.outbox.length === 0) queueMicrotask(() => this.flush());
+		this.outbox.push([id, request]);
+		if (this.pending.size === 0) this.worker!.ref();
+		return new Promise((resolve, reject) => this.pending.set(id, { resolve, reject }));
+	}
+
+	/** Lets attempts in flight finish, then ends the thread. */
+	async close(): Promise<void> {
+		this.closing = true;
+		const worker = this.worker;
+		if (!worker) return;
+		this.flush();
+		const exited = new Promise<void>(resolve => worker.once("exit", () => resolve()));
+		worker.postMessage({ type: "close" } satisfies ToSenderThread);
+		worker.ref();
+		await exited;
+	}
+
+	private flush(): void {
+		if (this.outbox.length === 0 || !this.worker) return;
+		this.worker.postMessage({ type: "send", attempts: this.outbox } satisfies ToSenderThread);
+		this.outbox = [];
+	}
+
+	private settle(outcomes: Array<[number, DeliveryOutcome]>): void {
+		for (const [id, outcome] of outcomes) {
+			this.pending.get(id)?.resolve(outcome);
+			this.pending.delete(id);
+		}
+		if (this.pending.size === 0) this.worker?.unref();
+	}
+
+	private lost(code: number): void {
+		this.worker = null;
+		this.ready = null;
+		this.outbox = [];
+		const error = new Error(`sender thread stopped (exit code ${code}) with attempts in flight`);
+		for (const attempt of this.pending.values()) attempt.reject(error);
+		this.pending.clear();
+	}
+}
+
+export class ThreadedWebhookSender implements DeliverySender {
+	private readonly threads: SenderThread[];
+
+	constructor(options: WebhookSenderOptions & { threads: number }) {
+		const { threads, ...senderOptions } = options;
+		this.threads = Array.from({ length: Math.max(1, threads) }, () => new SenderThread(senderOptions));
+	}
+
+	/** Starts every thread; rejects when the sender cannot be built (its options are wrong). */
+	async start(): Promise<void> {
+		await Promise.all(this.threads.map(thread => thread.start()));
+	}
+
+	send(request: DeliveryRequest): Promise<DeliveryOutcome> {
+		return this.threads[this.threadIndexOf(request.url)].send(request);
+	}
+
+	async close(): Promise<void> {
+		await Promise.all(this.threads.map(thread => thread.close()));
+	}
+
+	private threadIndexOf(url: string): number {
+		if (this.threads.length === 1) return 0;
+		let hash = 0;
+		for (let i = 0; i < url.length; i += 1) hash = (hash * 31 + url.charCodeAt(i)) | 0;
+		return Math.abs(hash) % this.threads.length;
+	}
+}
