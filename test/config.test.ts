@@ -46,6 +46,7 @@ describe("configuration", () => {
 			DELIVERY_TIMEOUT: 15_000,
 			WEBHOOK_TEST_TIMEOUT: 5_000,
 			SECRET_ROTATION_GRACE: 24 * 3_600_000,
+			DELIVERY_SENDER_THREADS: 1,
 		});
 		for (const unset of ["DATABASE_URL", "TRANSPORTER", "SMTP_URL", "AUTH_JWKS_URL", "WEBHOOK_CA_FILE"] as const) expect(config[unset]).toBeUndefined();
 	});
@@ -75,6 +76,9 @@ describe("configuration", () => {
 		["WEBHOOK_CA_FILE", __filename],
 		["WEBHOOK_TEST_TIMEOUT", "5"],
 		["DELIVERY_LEASE", "60 seconds"],
+		["DELIVERY_SENDER_THREADS", "-1"],
+		["DELIVERY_SENDER_THREADS", "17"],
+		["DELIVERY_SENDER_THREADS", "1.5"],
 	])("refuses %s=%s, naming the variable", (name, value) => {
 		expect(configError({ [name]: value, DATA_DIR: newDataDir() })).toMatch(new RegExp(`^\\s*${name}: `, "m"));
 	});

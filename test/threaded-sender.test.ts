@@ -7,6 +7,7 @@ import { generateWebhookSecret } from "../lib/crypto";
 import { ThreadedWebhookSender } from "../lib/threaded-sender";
 import type { DeliveryRequest } from "../lib/webhook-sender";
 import { startHttpsReceiver, verifyDelivery, type HttpsReceiver } from "./helpers/https-receiver";
+import { newCustomer, orderEvent, startDeliveryStack, verified, waitUntil } from "./helpers/delivery-stack";
 
 const LOOPBACK = ["127.0.0.0/8", "::1/128"];
 
@@ -108,5 +109,32 @@ describe("ThreadedWebhookSender", () => {
 		expect((await inFlight).map(outcome => outcome.responseExcerpt)).toEqual(["late", "late", "late"]);
 		await expect(sender.send(attempt())).rejects.toThrow("the sender is closed");
 		expect(workersOf(sender).every(worker => worker === null)).toBe(true);
+	});
+});
+
+// The dispatcher as configured: in-process (0), one thread (the default) and several.
+describe.each(["0", "1", "3"])("dispatcher with DELIVERY_SENDER_THREADS=%s", threads => {
+	it("delivers every event of a burst to each webhook, signed, with the attempts recorded", async () => {
+		const env = await startDeliveryStack("sqlite", { env: { DELIVERY_SENDER_THREADS: threads } });
+		try {
+			const customer = await newCustomer(env.stack);
+			const webhooks = [await env.createWebhook(customer.token), await env.createWebhook(customer.token)];
+			const events = Array.from({ length: 20 }, () => orderEvent(customer));
+			for (const event of events) await env.stack.app.broker.call("dispatcher.publish", event);
+
+			for (const webhook of webhooks) {
+				const received = await waitUntil(() => env.received(webhook), requests => requests.length >= events.length, `${events.length} deliveries to ${webhook.path}`);
+				expect(received).toHaveLength(events.length);
+				expect(new Set(received.map(request => verified(request, webhook.secret).data.order_id))).toEqual(new Set(events.map(event => event.order_id)));
+			}
+			const page = await waitUntil(
+				async () => (await env.stack.request("GET", `/id/v3/webhooks/${webhooks[0].id}/deliveries?per_page=100`, { token: customer.token })).body,
+				body => body.deliveries?.length === events.length && body.deliveries.every((item: { status: string }) => item.status === "succeeded"),
+				"every delivery recorded as succeeded",
+			);
+			expect(page.deliveries.every((item: { attempt_count: number; last_status_code: number }) => item.attempt_count === 1 && item.last_status_code === 200)).toBe(true);
+		} finally {
+			await env.stop();
+		}
 	});
 });

@@ -130,7 +130,7 @@ export const LifecycleMixin: DispatcherMixin = {
 			if (!this.healthTimer && !this.stopping) {
 				this.healthTimer = setTimeout(() => {
 					this.healthTimer = null;
-					void this.flushHealth();
+					this.healthFlush = this.flushHealth();
 				}, HEALTH_FLUSH_MS);
 			}
 		},
@@ -241,11 +241,14 @@ export const LifecycleMixin: DispatcherMixin = {
 	created(this: DispatcherThis) {
 		this.health = new Map();
 		this.healthTimer = null;
+		this.healthFlush = Promise.resolve();
 	},
 
 	async stopped(this: DispatcherThis) {
 		if (this.healthTimer) clearTimeout(this.healthTimer);
 		this.healthTimer = null;
+		// A flush the timer started may still be writing: the database must outlive it.
+		await this.healthFlush;
 		await this.flushHealth();
 	},
 };

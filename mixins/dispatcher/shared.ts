@@ -211,6 +211,8 @@ export type DispatcherThis = DbServiceThis & {
 	// lifecycle.mixin.ts
 	health: Map<string, WebhookHealth>;
 	healthTimer: NodeJS.Timeout | null;
+	/** The flush the timer started last (flushHealth never rejects). */
+	healthFlush: Promise<void>;
 	noteOutcome(webhookId: string, outcome: DeliveryOutcome, attemptCount: number): void;
 	flushHealth(): Promise<void>;
 	disableWebhook(webhookId: string, reason: "gone" | "failing"): Promise<void>;
