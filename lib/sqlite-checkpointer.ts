@@ -44,6 +44,8 @@ export function startSqliteCheckpointer(filename: string, onUnexpectedExit: (rea
 		async stop() {
 			stopping = true;
 			worker.postMessage({ type: "stop" });
+			// Unreferenced, the thread would let a stopping process exit before its last checkpoint.
+			worker.ref();
 			await exited;
 		},
 	};
