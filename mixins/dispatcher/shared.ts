@@ -19,6 +19,13 @@ import type { WebhookHealth } from "./lifecycle.mixin";
 // before its result) instead of leaving most rows to a claim (a second write and a body read);
 // at full speed that is well under a second of queued work.
 export const LEASE_BUFFER_FACTOR = 4;
+// Intake may lease further ahead than a claim (queued + in flight, per unit of concurrency): the
+// row was just written and its body is in hand, while leaving it to a claim costs a claim query,
+// a body read and a second write. Under the benchmark's load, with 4 here as for claims, most
+// rows went the claim way and knex's claim and body queries took 12-19 % of the event loop.
+// Still bounded: a webhook holds at most DELIVERY_WEBHOOK_CONCURRENCY x this many, and a queued
+// delivery whose lease could run out before its attempt ends is given back unattempted.
+export const INTAKE_LEASE_FACTOR = 16;
 // Webhook URLs and secrets are cached this long; webhooks.* events drop entries sooner. Short,
 // because a broadcast can be missed while a node reconnects, and because the previous secret
 // stops signing when its rotation grace ends.

@@ -12,6 +12,7 @@ import type { ResolvedWebhook } from "../../lib/schemas/webhooks";
 import { messageIdOf } from "../../lib/schemas/deliveries";
 import {
 	DEPENDENCY_RETRY_MS,
+	INTAKE_LEASE_FACTOR,
 	LEASE_BUFFER_FACTOR,
 	LEASE_SAFETY_MS,
 	TARGET_CACHE_MS,
@@ -57,11 +58,11 @@ export const WorkerMixin: DispatcherMixin = {
 	},
 
 	methods: {
-		/** Takes a local lease slot if this instance has room for one more delivery of the webhook. */
+		/** Takes a local lease slot at intake if this instance has room for one more delivery of the webhook. */
 		takeLease(this: DispatcherThis, webhookId: string): boolean {
 			const perWebhook = this.heldByWebhook.get(webhookId) ?? 0;
-			if (this.held >= this.config.DELIVERY_CONCURRENCY * LEASE_BUFFER_FACTOR) return false;
-			if (perWebhook >= this.config.DELIVERY_WEBHOOK_CONCURRENCY * LEASE_BUFFER_FACTOR) return false;
+			if (this.held >= this.config.DELIVERY_CONCURRENCY * INTAKE_LEASE_FACTOR) return false;
+			if (perWebhook >= this.config.DELIVERY_WEBHOOK_CONCURRENCY * INTAKE_LEASE_FACTOR) return false;
 			this.held += 1;
 			this.heldByWebhook.set(webhookId, perWebhook + 1);
 			return true;
