@@ -142,4 +142,29 @@ export const dispatcherMigrations: Migration[] = [
 			});
 		},
 	},
+	{
+		// Every delivery was in the due index (status, next_attempt_at, webhook_id) and in the parked
+		// index (parked, webhook_id), though only pending rows are ever claimed and few are parked.
+		// Each intake commit wrote a page of the parked index per webhook, and each result moved a
+		// row from the 'pending' part of the due index to another. Partial indexes hold only the
+		// rows that are looked for: in a replay of the dispatcher's writes (one event to 10
+		// webhooks per transaction, results 100 at a time) SQLite's write cost per delivery fell
+		// from 66-71 to 42-43 µs. Queries keep the predicates literal (status = 'pending', parked)
+		// so that SQLite can prove a partial index applies; PostgreSQL plans with the values.
+		name: "005_partial_due_and_parked_indexes",
+		async up(db) {
+			await db.raw("CREATE INDEX deliveries_pending_due_idx ON deliveries (next_attempt_at, webhook_id) WHERE status = 'pending'");
+			await db.raw("DROP INDEX deliveries_due_webhook_idx");
+			await db.raw("CREATE INDEX deliveries_parked_webhook_idx ON deliveries (webhook_id) WHERE parked");
+			await db.raw("DROP INDEX deliveries_parked_idx");
+		},
+		async down(db) {
+			await db.schema.alterTable("deliveries", table => {
+				table.index(["status", "next_attempt_at", "webhook_id"], "deliveries_due_webhook_idx");
+				table.index(["parked", "webhook_id"], "deliveries_parked_idx");
+			});
+			await db.raw("DROP INDEX deliveries_pending_due_idx");
+			await db.raw("DROP INDEX deliveries_parked_webhook_idx");
+		},
+	},
 ];

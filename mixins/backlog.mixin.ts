@@ -77,8 +77,9 @@ function backlogGauge<T>(service: BacklogThis<unknown>, read: () => Promise<T>, 
 async function readDeliveryBacklog(db: Knex): Promise<DeliveryCounts> {
 	const now = nowIso();
 	const [pending, due] = await Promise.all([
-		db("deliveries").where({ status: "pending" }).count({ count: "*" }).first(),
-		db("deliveries").where({ status: "pending" }).andWhere("next_attempt_at", "<=", now).count({ count: "*" }).min({ oldest: "next_attempt_at" }).first(),
+		// Literal predicates: SQLite uses the partial index of pending rows only for those.
+		db("deliveries").whereRaw("status = 'pending'").count({ count: "*" }).first(),
+		db("deliveries").whereRaw("status = 'pending'").andWhere("next_attempt_at", "<=", now).count({ count: "*" }).min({ oldest: "next_attempt_at" }).first(),
 	]);
 	const oldest = (due?.oldest as string | null | undefined) ?? null;
 	return {

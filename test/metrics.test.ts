@@ -57,7 +57,8 @@ describe.each(testDatabases())("metrics on %s", database => {
 				SMTP_URL: smtp.url,
 				MAIL_POLL_INTERVAL: "100ms",
 				MAIL_RETRY_SCHEDULE: "1s,2s,3s,4s,5s,6s,7s,8s,9s,10s",
-				// One attempt at a time (and so two leases): more due deliveries than that wait in the database.
+				// One attempt at a time, so intake leases at most 16 (INTAKE_LEASE_FACTOR): deliveries
+				// beyond those wait in the database, due.
 				DELIVERY_CONCURRENCY: "1",
 				DELIVERY_WEBHOOK_CONCURRENCY: "1",
 				// Long enough that a failing delivery stays pending across a few gauge refreshes.
@@ -84,17 +85,18 @@ describe.each(testDatabases())("metrics on %s", database => {
 	it("the delivery backlog: pending and due counts, and the oldest due delivery's age, rise and fall", async () => {
 		const owner = await customer();
 		const slow = await env.createWebhook(owner.token);
-		env.script(slow, [], { status: 200, delayMs: 1_500 });
-		for (let i = 0; i < 8; i++) await publish(owner);
-		// Two are leased, the rest wait in the database, due, and age.
+		// Sixteen at 600 ms each keep the rest due for about 8 s, past the gauges' 5 s cache.
+		env.script(slow, [], { status: 200, delayMs: 600 });
+		for (let i = 0; i < 20; i++) await publish(owner);
+		// Sixteen are leased, the rest wait in the database, due, and age.
 		const backed = await watch("a due delivery waiting", page => (metricValue(page, "webhook_delivery_oldest_due_age_seconds") ?? 0) > 0);
 		expect(metricValue(backed, "webhook_deliveries_pending")).toBeGreaterThanOrEqual(1);
 		expect(metricValue(backed, "webhook_deliveries_due")).toBeGreaterThanOrEqual(1);
 		const drained = await watch("the backlog to drain", page => metricValue(page, "webhook_deliveries_pending") === 0);
 		expect(metricValue(drained, "webhook_deliveries_due")).toBe(0);
 		expect(metricValue(drained, "webhook_delivery_oldest_due_age_seconds")).toBe(0);
-		expect(metricValue(drained, "webhook_deliveries_finished_total", { status: "succeeded" })).toBeGreaterThanOrEqual(8);
-		expect(metricValue(drained, "webhook_delivery_attempts_total", { result: "succeeded" })).toBeGreaterThanOrEqual(8);
+		expect(metricValue(drained, "webhook_deliveries_finished_total", { status: "succeeded" })).toBeGreaterThanOrEqual(20);
+		expect(metricValue(drained, "webhook_delivery_attempts_total", { result: "succeeded" })).toBeGreaterThanOrEqual(20);
 	});
 
 	it("failed attempts are counted and their deliveries stay pending until the schedule ends", async () => {

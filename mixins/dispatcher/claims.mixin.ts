@@ -155,7 +155,7 @@ export const ClaimsMixin: DispatcherMixin = {
 		/** Parked deliveries whose webhook is active again resume; those of deleted webhooks end. */
 		async recheckParked(this: DispatcherThis): Promise<void> {
 			try {
-				const rows: Array<{ webhook_id: string }> = await this.db("deliveries").where({ parked: true, status: "pending" }).distinct("webhook_id").limit(1000);
+				const rows: Array<{ webhook_id: string }> = await this.db("deliveries").whereRaw("parked").andWhereRaw("status = 'pending'").distinct("webhook_id").limit(1000);
 				if (rows.length === 0) return;
 				const ids = rows.map(row => row.webhook_id);
 				const found = await this.broker.call<ResolvedWebhook[], { ids: string[] }>("webhooks.resolve", { ids });
