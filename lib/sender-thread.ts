@@ -42,7 +42,7 @@ function receive(sender: WebhookSender, message: ToSenderThread): void {
 	} else if (message.type === "close") {
 		void sender.close().then(() => {
 			if (finished.length > 0) flushOutcomes();
-			post({ type: "closed" });
+			// The parent waits for this thread's exit, which closing the port brings.
 			port!.close();
 		});
 	}

@@ -2,7 +2,7 @@
 // statement preparing costs more than running it; a single-row statement prepared once (the
 // connection caches it, see mixins/db.mixin.ts) and run once per row is several times cheaper.
 // PostgreSQL is the opposite (each statement is a network round trip), so callers keep
-// multi-row statements there and use this only when `sqliteConnectionOf` finds SQLite.
+// multi-row statements there and use this only when the database is SQLite.
 import type { Knex } from "knex";
 
 /** The parts of better-sqlite3 used here (the package ships no type definitions). */
@@ -13,15 +13,6 @@ export interface SqliteConnection {
 	prepare(sql: string): SqliteStatement;
 	/** better-sqlite3: wraps `work` in BEGIN … COMMIT (ROLLBACK if it throws). */
 	transaction<T>(work: () => T): () => T;
-}
-
-/**
- * The raw connection a knex transaction holds, if the database is SQLite; null otherwise.
- * Statements run on it take part in the transaction.
- */
-export async function sqliteConnectionOf(trx: Knex.Transaction): Promise<SqliteConnection | null> {
-	if (trx.client.config.client !== "better-sqlite3") return null;
-	return (await trx.client.acquireConnection()) as SqliteConnection;
 }
 
 /** better-sqlite3 binds no booleans. */

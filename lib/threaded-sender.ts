@@ -18,8 +18,7 @@ export type ToSenderThread = { type: "send"; attempts: Array<[number, DeliveryRe
 export type FromSenderThread =
 	| { type: "ready" }
 	| { type: "failed"; message: string }
-	| { type: "outcomes"; outcomes: Array<[number, DeliveryOutcome]> }
-	| { type: "closed" };
+	| { type: "outcomes"; outcomes: Array<[number, DeliveryOutcome]> };
 
 /** What the dispatcher needs of a sender, in-process or threaded. */
 export interface DeliverySender {
