@@ -1,7 +1,10 @@
 // Groups work that arrives close together into one batch, so that e.g. a burst of events is
 // written in one database transaction instead of one per event. A batch starts on the next turn
 // of the event loop; while it runs, new items wait and form the next batch. So under light load
-// an item waits for nothing, and under heavy load batches grow by themselves.
+// an item waits for nothing, and under heavy load batches grow by themselves. Where the batch
+// work itself runs on the event loop (SQLite), a saturated loop can also linger a little before a
+// batch starts (BusyLinger), so that a burst pays for one commit instead of one per item.
+import { performance, type EventLoopUtilization } from "node:perf_hooks";
 
 export type BatchHandler<Item, Result> = (items: Item[]) => Promise<Result[]>;
 
@@ -11,10 +14,22 @@ interface Pending<Item, Result> {
 	reject(error: unknown): void;
 }
 
+/** Linger before a batch only while this thread's event loop has been busier than `utilisation` (0..1). */
+export interface BusyLinger {
+	utilisation: number;
+	lingerMs: number;
+}
+
+// How often the event loop's utilisation is sampled for BusyLinger.
+const LOOP_SAMPLE_MS = 100;
+
 export class MicroBatcher<Item, Result> {
 	private queue: Array<Pending<Item, Result>> = [];
 	private running: Promise<void> | null = null;
 	private scheduled = false;
+	private loopSample: EventLoopUtilization = performance.eventLoopUtilization();
+	private loopSampledAt = performance.now();
+	private loopBusy = false;
 
 	/**
 	 * @param handle processes one batch and returns one result per item, in order; if it throws,
@@ -22,11 +37,13 @@ export class MicroBatcher<Item, Result> {
 	 * @param maxBatch the largest batch handed to `handle`.
 	 * @param lingerMs how long a batch waits for company before it starts (0: the next turn of
 	 * the event loop). Worth a few milliseconds where nobody waits for the result.
+	 * @param busyLinger where `lingerMs` is 0: linger only while the event loop is saturated.
 	 */
 	constructor(
 		private readonly handle: BatchHandler<Item, Result>,
 		private readonly maxBatch = 500,
 		private readonly lingerMs = 0,
+		private readonly busyLinger?: BusyLinger,
 	) {}
 
 	get size(): number {
@@ -58,8 +75,22 @@ export class MicroBatcher<Item, Result> {
 				if (this.queue.length > 0) this.schedule();
 			});
 		};
-		if (this.lingerMs > 0) setTimeout(start, this.lingerMs);
+		const linger = this.lingerMs > 0 ? this.lingerMs : this.isLoopBusy() ? this.busyLinger!.lingerMs : 0;
+		if (linger > 0) setTimeout(start, linger);
 		else setImmediate(start);
+	}
+
+	/** Whether the event loop was busier than busyLinger.utilisation over the last sample period. */
+	private isLoopBusy(): boolean {
+		if (!this.busyLinger) return false;
+		const now = performance.now();
+		if (now - this.loopSampledAt >= LOOP_SAMPLE_MS) {
+			const sample = performance.eventLoopUtilization();
+			this.loopBusy = performance.eventLoopUtilization(sample, this.loopSample).utilization > this.busyLinger.utilisation;
+			this.loopSample = sample;
+			this.loopSampledAt = now;
+		}
+		return this.loopBusy;
 	}
 
 	private async runBatches(): Promise<void> {

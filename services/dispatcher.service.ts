@@ -22,14 +22,14 @@
 // order of start and shutdown. Constants, row types and `DispatcherThis` are in
 // mixins/dispatcher/shared.ts.
 import type { ServiceSchema, ServiceSettingSchema } from "moleculer";
-import { DbMixin, nowIso } from "../mixins/db.mixin";
+import { DbMixin, isPostgres, nowIso } from "../mixins/db.mixin";
 import { OrderStatusIntakeMixin } from "../mixins/order-status-intake.mixin";
 import { dispatcherMigrations } from "../migrations/dispatcher";
 import { MicroBatcher } from "../lib/micro-batcher";
 import { counter, histogram } from "../lib/metrics";
 import { WebhookSender } from "../lib/webhook-sender";
 import { ThreadedWebhookSender } from "../lib/threaded-sender";
-import { LEASE_SAFETY_MS, MAX_INTAKE_BATCH, MAX_RESULT_BATCH, RESULT_LINGER_MS, type DispatcherThis } from "../mixins/dispatcher/shared";
+import { LEASE_SAFETY_MS, MAX_INTAKE_BATCH, MAX_RESULT_BATCH, RESULT_LINGER_MS, SQLITE_INTAKE_BUSY_LINGER, type DispatcherThis } from "../mixins/dispatcher/shared";
 import { IntakeMixin } from "../mixins/dispatcher/intake.mixin";
 import { WorkerMixin } from "../mixins/dispatcher/worker.mixin";
 import { ResultsMixin } from "../mixins/dispatcher/results.mixin";
@@ -88,7 +88,8 @@ const DispatcherService: ServiceSchema<ServiceSettingSchema, DispatcherThis> = {
 		this.waitingWebhooks = new Set();
 		this.pollTimer = null;
 		this.polls = 0;
-		this.intake = new MicroBatcher(items => this.persistEvents(items), MAX_INTAKE_BATCH);
+		// On SQLite each batch is a transaction on this event loop: a saturated loop lingers a little.
+		this.intake = new MicroBatcher(items => this.persistEvents(items), MAX_INTAKE_BATCH, 0, isPostgres(this.db) ? undefined : SQLITE_INTAKE_BUSY_LINGER);
 		this.results = new MicroBatcher(updates => this.writeUpdates(updates), MAX_RESULT_BATCH, RESULT_LINGER_MS);
 		this.metrics = {
 			attempts: counter(this.broker, "webhook_delivery_attempts_total", "Webhook delivery attempts, by result", ["result"]),

@@ -92,4 +92,42 @@ describe("MicroBatcher", () => {
 		await Promise.all([first, batcher.add("b")]);
 		expect(batches).toEqual([["a", "b"]]);
 	});
+
+	describe("with a busy linger", () => {
+		const collect = () => {
+			const batches: string[][] = [];
+			const batcher = new MicroBatcher<string, string>(
+				async items => {
+					batches.push(items);
+					return items;
+				},
+				100,
+				0,
+				{ utilisation: 0.7, lingerMs: 50 },
+			);
+			return { batches, batcher };
+		};
+		const sleep = (ms: number) => new Promise(resolve => setTimeout(resolve, ms));
+		const addApart = async (batcher: MicroBatcher<string, string>) => {
+			const first = batcher.add("a");
+			await sleep(5);
+			await Promise.all([first, batcher.add("b")]);
+		};
+
+		it("starts at once while the event loop is quiet", async () => {
+			const { batches, batcher } = collect();
+			await sleep(150);
+			await addApart(batcher);
+			expect(batches).toEqual([["a"], ["b"]]);
+		});
+
+		it("lingers while the event loop is saturated, so that items a few milliseconds apart share a batch", async () => {
+			const { batches, batcher } = collect();
+			// Keep this thread's loop busy past the sample period, as a burst of work would.
+			const until = performance.now() + 150;
+			while (performance.now() < until);
+			await addApart(batcher);
+			expect(batches).toEqual([["a", "b"]]);
+		});
+	});
 });
