@@ -172,9 +172,19 @@ export interface DbServiceThis extends Service {
 	config: AppConfig;
 }
 
+/** DbMixin's stopped hook: lets go of the service's database connection. */
+export async function releaseServiceDatabase(this: DbServiceThis): Promise<void> {
+	await releaseDatabase(this.config);
+}
+
 /**
  * Gives a service `this.db` and `this.config`, and runs its migrations before it starts.
  * `owner` names the migrations table, so each service's schema history stays its own.
+ *
+ * List it LAST in `mixins`. Moleculer runs the mixins' created and started hooks from the last
+ * mixin listed to the first, and their stopped hooks the other way round: last in the list, the
+ * database exists before any other part is created or started, and is released only after every
+ * other part has stopped (and written what it still held).
  */
 export function DbMixin(owner: string, migrations: Migration[]): Partial<ServiceSchema<ServiceSettingSchema, DbServiceThis>> {
 	return {
@@ -185,8 +195,6 @@ export function DbMixin(owner: string, migrations: Migration[]): Partial<Service
 		async started(this: DbServiceThis) {
 			await runMigrations(this.db, owner, migrations);
 		},
-		async stopped(this: DbServiceThis) {
-			await releaseDatabase(this.config);
-		},
+		stopped: releaseServiceDatabase,
 	};
 }

@@ -70,7 +70,8 @@ const parts = [
 
 const DispatcherService: ServiceSchema<ServiceSettingSchema, DispatcherThis> = {
 	name: "dispatcher",
-	mixins: [DbMixin("dispatcher", dispatcherMigrations) as Partial<ServiceSchema>, ...parts],
+	// DbMixin last: its hooks run first on created and started, and last on stopped.
+	mixins: [...parts, DbMixin("dispatcher", dispatcherMigrations) as Partial<ServiceSchema>],
 
 	created(this: DispatcherThis) {
 		this.stopping = false;

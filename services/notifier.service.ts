@@ -65,7 +65,8 @@ const parts = [
 
 const NotifierService: ServiceSchema<ServiceSettingSchema, NotifierThis> = {
 	name: "notifier",
-	mixins: [DbMixin("notifier", notifierMigrations) as Partial<ServiceSchema>, ...parts],
+	// DbMixin last: its hooks run first on created and started, and last on stopped.
+	mixins: [...parts, DbMixin("notifier", notifierMigrations) as Partial<ServiceSchema>],
 
 	created(this: NotifierThis) {
 		// this.config is set by DbMixin's created hook, which runs before this one.

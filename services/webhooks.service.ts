@@ -62,7 +62,8 @@ function rejectIfAny(problems: FieldProblem[]): void {
 
 const WebhooksService: ServiceSchema<ServiceSettingSchema, WebhooksThis> = {
 	name: "webhooks",
-	mixins: [DbMixin("webhooks", webhooksMigrations) as Partial<ServiceSchema>, ...parts],
+	// DbMixin last: its hooks run first on created and started, and last on stopped.
+	mixins: [...parts, DbMixin("webhooks", webhooksMigrations) as Partial<ServiceSchema>],
 
 	actions: {
 		/** POST /webhooks: the only answer, with rotate, that carries the secret. */
