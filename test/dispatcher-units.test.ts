@@ -2,7 +2,7 @@
 import { orderStatusMessage } from "../lib/schemas/deliveries";
 import { TaskingOrderStatusEvent } from "../lib/schemas/events";
 import { timeOrderedUuid } from "../lib/ids";
-import { MicroBatcher } from "../lib/micro-batcher";
+import { MicroBatcher, type BusyLinger } from "../lib/micro-batcher";
 
 describe("orderStatusMessage", () => {
 	const event = (extra: Record<string, unknown> = {}) =>
@@ -77,7 +77,8 @@ describe("MicroBatcher", () => {
 		expect(batcher.size).toBe(0);
 	});
 
-	it("waits lingerMs for company when asked to", async () => {
+	/** A batcher that records its batches, and two items added 5 ms apart. */
+	const recording = (lingerMs: number, busyLinger?: BusyLinger) => {
 		const batches: string[][] = [];
 		const batcher = new MicroBatcher<string, string>(
 			async items => {
@@ -85,48 +86,40 @@ describe("MicroBatcher", () => {
 				return items;
 			},
 			100,
-			30,
+			lingerMs,
+			busyLinger,
 		);
-		const first = batcher.add("a");
-		await new Promise(resolve => setTimeout(resolve, 5));
-		await Promise.all([first, batcher.add("b")]);
-		expect(batches).toEqual([["a", "b"]]);
-	});
-
-	describe("with a busy linger", () => {
-		const collect = () => {
-			const batches: string[][] = [];
-			const batcher = new MicroBatcher<string, string>(
-				async items => {
-					batches.push(items);
-					return items;
-				},
-				100,
-				0,
-				{ utilisation: 0.7, lingerMs: 50 },
-			);
-			return { batches, batcher };
-		};
-		const sleep = (ms: number) => new Promise(resolve => setTimeout(resolve, ms));
-		const addApart = async (batcher: MicroBatcher<string, string>) => {
+		const addApart = async () => {
 			const first = batcher.add("a");
 			await sleep(5);
 			await Promise.all([first, batcher.add("b")]);
 		};
+		return { batches, addApart };
+	};
+	const sleep = (ms: number) => new Promise(resolve => setTimeout(resolve, ms));
+
+	it("waits lingerMs for company when asked to", async () => {
+		const { batches, addApart } = recording(30);
+		await addApart();
+		expect(batches).toEqual([["a", "b"]]);
+	});
+
+	describe("with a busy linger", () => {
+		const busyLinger = { utilisation: 0.7, lingerMs: 50 };
 
 		it("starts at once while the event loop is quiet", async () => {
-			const { batches, batcher } = collect();
+			const { batches, addApart } = recording(0, busyLinger);
 			await sleep(150);
-			await addApart(batcher);
+			await addApart();
 			expect(batches).toEqual([["a"], ["b"]]);
 		});
 
 		it("lingers while the event loop is saturated, so that items a few milliseconds apart share a batch", async () => {
-			const { batches, batcher } = collect();
+			const { batches, addApart } = recording(0, busyLinger);
 			// Keep this thread's loop busy past the sample period, as a burst of work would.
 			const until = performance.now() + 150;
 			while (performance.now() < until);
-			await addApart(batcher);
+			await addApart();
 			expect(batches).toEqual([["a", "b"]]);
 		});
 	});
