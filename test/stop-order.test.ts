@@ -10,8 +10,9 @@ import { testDatabases } from "./helpers/services";
 import { newCustomer, orderEvent, startDeliveryStack, waitUntil, type DeliveryStack } from "./helpers/delivery-stack";
 
 type Hook = (...args: unknown[]) => unknown;
-const hooksOf = (service: Service, name: "created" | "stopped"): Hook[] => {
-	const hooks = (service.schema as unknown as Record<string, Hook | Hook[] | undefined>)[name];
+/** A service's merged stopped hooks; Moleculer calls them from the end of this list to its start. */
+const stoppedHooksOf = (service: Service): Hook[] => {
+	const hooks = (service.schema as unknown as { stopped?: Hook | Hook[] }).stopped;
 	return hooks === undefined ? [] : Array.isArray(hooks) ? hooks : [hooks];
 };
 
@@ -27,8 +28,7 @@ describe.each(testDatabases())("stopping a service on %s", database => {
 		const owners = env.stack.app.broker.services.filter(service => "db" in service);
 		expect(owners.map(service => service.name).sort()).toEqual(["dispatcher", "notifier", "topics", "users", "webhooks"]);
 		for (const service of owners) {
-			// Moleculer calls stopped hooks from the end of this list to its start.
-			expect({ service: service.name, releasedLast: hooksOf(service, "stopped")[0] === releaseServiceDatabase }).toEqual({ service: service.name, releasedLast: true });
+			expect({ service: service.name, releasedLast: stoppedHooksOf(service)[0] === releaseServiceDatabase }).toEqual({ service: service.name, releasedLast: true });
 		}
 	});
 
