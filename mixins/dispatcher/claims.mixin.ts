@@ -7,6 +7,7 @@
 // Also here: parking (deliveries of a disabled webhook wait without attempts) and cancelling
 // the pending deliveries of a removed webhook.
 import crypto from "node:crypto";
+import { setImmediate as nextTurn } from "node:timers/promises";
 import { isPostgres, nowIso } from "../db.mixin";
 import { chunks, rowsOf } from "../../lib/sql-rows";
 import type { ResolvedWebhook } from "../../lib/schemas/webhooks";
@@ -59,6 +60,10 @@ export const ClaimsMixin: DispatcherMixin = {
 						this.backlog = false;
 						return;
 					}
+					// SQLite answers synchronously, so without a turn of the event loop between claims a
+					// pile of due rows kept requests and timers waiting: 10,000 recovered deliveries of a
+					// disabled webhook (parked 32 per claim) held the loop for 3 s.
+					await nextTurn();
 				}
 			} catch (err) {
 				this.logger.error("Claiming due deliveries failed; will try again at the next poll", err);
