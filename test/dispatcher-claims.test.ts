@@ -6,6 +6,7 @@ import { startStack, type Stack } from "./helpers/stack";
 import { testDatabases } from "./helpers/services";
 import type { ClaimedBatch, Target } from "../mixins/dispatcher/shared";
 import { waitUntil } from "./helpers/delivery-stack";
+import { generateWebhookSecret } from "../lib/crypto";
 
 // Share per webhook: DELIVERY_WEBHOOK_CONCURRENCY x LEASE_BUFFER_FACTOR (4) = 4; 16 in all.
 const ENV = { DELIVERY_CONCURRENCY: "4", DELIVERY_WEBHOOK_CONCURRENCY: "1", DELIVERY_POLL_INTERVAL: "1h" };
@@ -83,7 +84,7 @@ describe.each(testDatabases())("claims on %s", database => {
 		// once: 40 rows are 10 claims of 4 in one run. On SQLite every statement answers
 		// synchronously; without a turn between claims, 10,000 recovered rows held the loop for 3 s.
 		await seedDue(stack.db, DISABLED, 40, 1_000);
-		dispatcher.cacheTarget(DISABLED, { id: DISABLED, url: "https://receiver.example/hook", active: false, secrets: ["whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"], headers: {} });
+		dispatcher.cacheTarget(DISABLED, { id: DISABLED, url: "https://receiver.example/hook", active: false, secrets: [generateWebhookSecret()], headers: {} });
 		let turns = 0;
 		let claiming = true;
 		const countTurn = () => {
