@@ -1,0 +1,82 @@
+// Sender benchmark (`npm run bench -- sender`): what one webhook attempt costs the service's own
+// HTTP client, against the delivery benchmark's floor (the plainest signed undici POST), in the
+// same run, against the same receivers in a process of their own. No broker, no database: this
+// isolates lib/webhook-sender.ts (in-process, as DELIVERY_SENDER_THREADS=0 uses it) and the
+// threaded sender (lib/threaded-sender.ts, the default), whose CPU includes the hop between the
+// threads. Each runs REQUESTS attempts, CONCURRENCY at a time spread over the endpoints, after a
+// warm-up; CPU is the whole process's (user + system) per request.
+import crypto from "node:crypto";
+import fs from "node:fs";
+import os from "node:os";
+import path from "node:path";
+import { Agent } from "undici";
+import { generateWebhookSecret } from "../lib/crypto";
+import { ThreadedWebhookSender } from "../lib/threaded-sender";
+import { WebhookSender, type DeliveryRequest } from "../lib/webhook-sender";
+import { testCertificate } from "../test/helpers/https-receiver";
+import { startChild } from "./lib/child";
+import type { ReceiverReady } from "./lib/receiver";
+import { keyOf, signedPost } from "./lib/signed-post";
+import { round } from "./lib/stats";
+
+const CONCURRENCY = 64;
+const ENDPOINTS = 10;
+const REQUESTS = 20_000;
+const PER_ORIGIN = 8; // DELIVERY_WEBHOOK_CONCURRENCY's default
+
+interface Figures {
+	requests_per_s: number;
+	cpu_us_per_request: number;
+}
+
+/** Runs `count` attempts through `attempt`, CONCURRENCY loops each on one endpoint. */
+async function loops(urls: string[], count: number, attempt: (url: string, i: number) => Promise<unknown>): Promise<void> {
+	let next = 0;
+	const loop = async (worker: number) => {
+		while (next < count) await attempt(urls[worker % urls.length], next++);
+	};
+	await Promise.all(Array.from({ length: CONCURRENCY }, (_, worker) => loop(worker)));
+}
+
+async function measure(urls: string[], attempt: (url: string, i: number) => Promise<unknown>): Promise<Figures> {
+	await loops(urls, REQUESTS / 4, attempt); // warm-up: connections, JIT
+	const cpu = process.cpuUsage();
+	const started = performance.now();
+	await loops(urls, REQUESTS, attempt);
+	const seconds = (performance.now() - started) / 1000;
+	const used = process.cpuUsage(cpu);
+	return { requests_per_s: Math.round(REQUESTS / seconds), cpu_us_per_request: round((used.user + used.system) / REQUESTS, 1) };
+}
+
+const bodyOf = (i: number) => `{"type":"tasking:order_status","timestamp":"${new Date().toISOString()}","data":{"order_id":"order-${i}","status":"fulfilled","previous_status":null,"user_id":"bench-user","order_name":"Benchmark order"}}`;
+
+export async function run(): Promise<object> {
+	const { key, cert } = testCertificate();
+	const caFile = path.join(fs.mkdtempSync(path.join(os.tmpdir(), "swh-bench-ca-")), "ca.pem");
+	fs.writeFileSync(caFile, cert);
+	const receivers = await startChild<ReceiverReady>(path.join(__dirname, "lib", "receiver.ts"), { RECEIVER_ENDPOINTS: Array(ENDPOINTS).fill("ok").join(","), RECEIVER_KEY: key, RECEIVER_CERT: cert });
+	const urls = receivers.ready.ports.map(port => `https://127.0.0.1:${port}/hook`);
+	const secret = generateWebhookSecret();
+	const request = (url: string, i: number): DeliveryRequest => ({ url, messageId: `msg_${crypto.randomUUID()}`, body: bodyOf(i), secrets: [secret], timeoutMs: 15_000 });
+	const senderOptions = { allowNets: ["127.0.0.0/8"], caFile, connectionsPerOrigin: PER_ORIGIN };
+	try {
+		const agent = new Agent({ connections: PER_ORIGIN, connect: { ca: cert } });
+		const targets = new Map(urls.map(url => [url, { url, key: keyOf(secret) }]));
+		const floor = await measure(urls, (url, i) => signedPost(agent, targets.get(url)!, Buffer.from(bodyOf(i))));
+		await agent.close();
+
+		const inProcess = new WebhookSender(senderOptions);
+		const direct = await measure(urls, (url, i) => inProcess.send(request(url, i)));
+		await inProcess.close();
+
+		const threaded = new ThreadedWebhookSender({ ...senderOptions, threads: 1 });
+		await threaded.start();
+		const viaThread = await measure(urls, (url, i) => threaded.send(request(url, i)));
+		await threaded.close();
+
+		const ratio = (figures: Figures) => ({ ...figures, cpu_vs_floor: round(figures.cpu_us_per_request / floor.cpu_us_per_request) });
+		return { concurrency: CONCURRENCY, endpoints: ENDPOINTS, requests: REQUESTS, floor, in_process: ratio(direct), threaded: ratio(viaThread) };
+	} finally {
+		await receivers.stop();
+	}
+}

@@ -1,0 +1,22 @@
+// `npm run bench -- sender`, as the README shows it: one JSON document on standard output, with
+// the floor and both senders measured in the same run against real HTTPS receivers. Figures are
+// machine-dependent, so only their shape and that every request was answered are checked.
+import { execFile } from "node:child_process";
+import path from "node:path";
+import { promisify } from "node:util";
+
+const run = promisify(execFile);
+
+describe("npm run bench -- sender", () => {
+	it("prints one JSON document with the floor, the in-process and the threaded sender", async () => {
+		const { stdout } = await run("npm", ["run", "-s", "bench", "--", "sender"], { cwd: path.join(__dirname, ".."), maxBuffer: 1 << 20 });
+		const { sender } = JSON.parse(stdout) as { sender: Record<string, { requests_per_s: number; cpu_us_per_request: number; cpu_vs_floor?: number }> & { error?: string } };
+		expect(sender.error).toBeUndefined();
+		for (const name of ["floor", "in_process", "threaded"]) {
+			expect(sender[name].requests_per_s).toBeGreaterThan(0);
+			expect(sender[name].cpu_us_per_request).toBeGreaterThan(0);
+		}
+		expect(sender.in_process.cpu_vs_floor).toBeGreaterThan(0);
+		expect(sender.threaded.cpu_vs_floor).toBeGreaterThan(0);
+	}, 120_000);
+});
