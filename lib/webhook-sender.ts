@@ -150,10 +150,10 @@ type Exchange = { statusCode: number; retryAfter: string | undefined; excerpt: s
 /**
  * One POST through undici's dispatch API, ending at its deadline whatever stage it is in (a
  * request still waiting for its connection then never sends a byte). request() with an
- * AbortController, a Readable body and an async resource per attempt cost a quarter more CPU per
- * attempt (50 against 38 µs in `npm run bench -- sender`, where the floor took 36). Keeps at most `limit` bytes of the
- * answer and then drops the rest (and the connection, if more was coming); a body cut short
- * (deadline, reset) still leaves whatever arrived as the excerpt.
+ * AbortController, a Readable body and an async resource per attempt cost a quarter more CPU
+ * (50 against 38 µs in `npm run bench -- sender`, where the floor took 36). Keeps at most `limit`
+ * bytes of the answer and then drops the rest (and the connection, if more was coming); a body
+ * cut short (deadline, reset) still leaves whatever arrived as the excerpt.
  */
 class PostExchange implements Dispatcher.DispatchHandler {
 	private controller: Dispatcher.DispatchController | null = null;
@@ -196,6 +196,11 @@ class PostExchange implements Dispatcher.DispatchHandler {
 	}
 
 	onResponseError(_controller: Dispatcher.DispatchController, error: Error): void {
+		this.fail(error);
+	}
+
+	/** The exchange broke: an answer already started keeps its status, else the error is the outcome. */
+	fail(error: unknown): void {
 		if (this.statusCode > 0) this.answer();
 		else this.settle({ error, timedOut: false });
 	}
@@ -282,7 +287,7 @@ export class WebhookSender {
 			try {
 				this.agent.dispatch({ origin: destination.origin, path: destination.path, method: "POST", headers, body, headersTimeout: delivery.timeoutMs, bodyTimeout: delivery.timeoutMs }, handler);
 			} catch (error) {
-				handler.onResponseError(null as unknown as Dispatcher.DispatchController, error as Error);
+				handler.fail(error);
 			}
 		});
 		const noAnswerWithin = `No response within ${formatSeconds(delivery.timeoutMs)}`;

@@ -127,6 +127,23 @@ describe("WebhookSender", () => {
 		expect(outcome.responseExcerpt).toBe("partial");
 	});
 
+	it("times out an attempt still waiting for a connection, and never sends it once one frees", async () => {
+		// One connection per origin: the second attempt waits behind the first, past its deadline.
+		const single = new WebhookSender({ allowNets: LOOPBACK, caFile, connectionsPerOrigin: 1 });
+		try {
+			receiver.setDefault({ status: 200, delayMs: 1_500, body: "late" });
+			const first = single.send(delivery({ messageId: "msg_first" }));
+			const waiting = await single.send(delivery({ messageId: "msg_waiting", timeoutMs: 300 }));
+			expect(waiting).toMatchObject({ success: false, statusCode: null, errorKind: "timeout", detail: "No response within 0.3 s" });
+			expect(await first).toMatchObject({ success: true, responseExcerpt: "late" });
+			// The connection was free again after the first answer; the timed-out attempt did not use it.
+			expect(await single.send(delivery({ messageId: "msg_after" }))).toMatchObject({ success: true });
+			expect(receiver.requests.map(request => request.headers["webhook-id"])).toEqual(["msg_first", "msg_after"]);
+		} finally {
+			await single.close();
+		}
+	});
+
 	it("reports a refused connection as Unreachable", async () => {
 		const port = await freePort();
 		const outcome = await sender.send(delivery({ url: `https://127.0.0.1:${port}/hook` }));
