@@ -37,7 +37,7 @@ import { testCertificate } from "../test/helpers/https-receiver";
 import { startChild, type ChildServer } from "./lib/child";
 import type { ProbeFigures } from "./lib/event-loop-probe";
 import { monotonicMs, type ReceiverMessage, type ReceiverReady } from "./lib/receiver";
-import { keyOf, signedPost, type SignedTarget } from "./lib/signed-post";
+import { concurrentLoops, floorBody, keyOf, signedPost, type SignedTarget } from "./lib/signed-post";
 import { percentile, round } from "./lib/stats";
 
 const CONCURRENCY = Number(process.env.BENCH_CONCURRENCY ?? 64);
@@ -129,19 +129,11 @@ async function probeAll(nodes: Array<ChildServer<unknown>>): Promise<Probe[]> {
 /** The fastest plain loop of signed POSTs: CONCURRENCY loops, each on one endpoint. */
 async function floor(targets: SignedTarget[], ca: string, receivers: Receivers): Promise<{ rate: number; client_cores: number; receiver_cores: number }> {
 	const agent = new Agent({ connections: CONCURRENCY, connect: { ca } });
-	const run = async (count: number) => {
-		let next = 0;
-		const loop = async (worker: number) => {
-			const target = targets[worker % targets.length];
-			while (next < count) {
-				const i = next++;
-				const body = Buffer.from(`{"type":"${TOPIC}","timestamp":"${new Date().toISOString()}","data":{"order_id":"order-${i}","status":"fulfilled","previous_status":null,"user_id":"bench-user","order_name":"Benchmark order"}}`);
-				const status = await signedPost(agent, target, body);
-				if (status !== 200) throw new Error(`floor got HTTP ${status}`);
-			}
-		};
-		await Promise.all(Array.from({ length: CONCURRENCY }, (_, worker) => loop(worker)));
-	};
+	const run = (count: number) =>
+		concurrentLoops(targets, count, CONCURRENCY, async (target, i) => {
+			const status = await signedPost(agent, target, Buffer.from(floorBody(i)));
+			if (status !== 200) throw new Error(`floor got HTTP ${status}`);
+		});
 	await run(FLOOR_REQUESTS / 4); // warm-up: connections, JIT
 	const before = receivers.ok;
 	await probe(receivers.child);

@@ -16,7 +16,7 @@ import { WebhookSender, type DeliveryRequest } from "../lib/webhook-sender";
 import { testCertificate } from "../test/helpers/https-receiver";
 import { startChild } from "./lib/child";
 import type { ReceiverReady } from "./lib/receiver";
-import { keyOf, signedPost } from "./lib/signed-post";
+import { concurrentLoops, floorBody, keyOf, signedPost } from "./lib/signed-post";
 import { round } from "./lib/stats";
 
 const CONCURRENCY = 64;
@@ -29,26 +29,15 @@ interface Figures {
 	cpu_us_per_request: number;
 }
 
-/** Runs `count` attempts through `attempt`, CONCURRENCY loops each on one endpoint. */
-async function loops(urls: string[], count: number, attempt: (url: string, i: number) => Promise<unknown>): Promise<void> {
-	let next = 0;
-	const loop = async (worker: number) => {
-		while (next < count) await attempt(urls[worker % urls.length], next++);
-	};
-	await Promise.all(Array.from({ length: CONCURRENCY }, (_, worker) => loop(worker)));
-}
-
 async function measure(urls: string[], attempt: (url: string, i: number) => Promise<unknown>): Promise<Figures> {
-	await loops(urls, REQUESTS / 4, attempt); // warm-up: connections, JIT
+	await concurrentLoops(urls, REQUESTS / 4, CONCURRENCY, attempt); // warm-up: connections, JIT
 	const cpu = process.cpuUsage();
 	const started = performance.now();
-	await loops(urls, REQUESTS, attempt);
+	await concurrentLoops(urls, REQUESTS, CONCURRENCY, attempt);
 	const seconds = (performance.now() - started) / 1000;
 	const used = process.cpuUsage(cpu);
 	return { requests_per_s: Math.round(REQUESTS / seconds), cpu_us_per_request: round((used.user + used.system) / REQUESTS, 1) };
 }
-
-const bodyOf = (i: number) => `{"type":"tasking:order_status","timestamp":"${new Date().toISOString()}","data":{"order_id":"order-${i}","status":"fulfilled","previous_status":null,"user_id":"bench-user","order_name":"Benchmark order"}}`;
 
 export async function run(): Promise<object> {
 	const { key, cert } = testCertificate();
@@ -57,12 +46,12 @@ export async function run(): Promise<object> {
 	const receivers = await startChild<ReceiverReady>(path.join(__dirname, "lib", "receiver.ts"), { RECEIVER_ENDPOINTS: Array(ENDPOINTS).fill("ok").join(","), RECEIVER_KEY: key, RECEIVER_CERT: cert });
 	const urls = receivers.ready.ports.map(port => `https://127.0.0.1:${port}/hook`);
 	const secret = generateWebhookSecret();
-	const request = (url: string, i: number): DeliveryRequest => ({ url, messageId: `msg_${crypto.randomUUID()}`, body: bodyOf(i), secrets: [secret], timeoutMs: 15_000 });
+	const request = (url: string, i: number): DeliveryRequest => ({ url, messageId: `msg_${crypto.randomUUID()}`, body: floorBody(i), secrets: [secret], timeoutMs: 15_000 });
 	const senderOptions = { allowNets: ["127.0.0.0/8"], caFile, connectionsPerOrigin: PER_ORIGIN };
 	try {
 		const agent = new Agent({ connections: PER_ORIGIN, connect: { ca: cert } });
 		const targets = new Map(urls.map(url => [url, { url, key: keyOf(secret) }]));
-		const floor = await measure(urls, (url, i) => signedPost(agent, targets.get(url)!, Buffer.from(bodyOf(i))));
+		const floor = await measure(urls, (url, i) => signedPost(agent, targets.get(url)!, Buffer.from(floorBody(i))));
 		await agent.close();
 
 		const inProcess = new WebhookSender(senderOptions);

@@ -221,7 +221,8 @@ class PostExchange implements Dispatcher.DispatchHandler {
 	}
 }
 
-// URLs whose policy verdict is remembered (it depends only on the URL and the allow list).
+// URLs whose policy verdict and dispatch target are remembered (they depend only on the URL and
+// the allow list).
 const DESTINATIONS_KEPT = 10_000;
 
 type Destination = { refusal: Pick<DeliveryOutcome, "statusCode" | "errorKind" | "detail"> } | { origin: string; path: string };

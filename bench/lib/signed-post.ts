@@ -24,3 +24,21 @@ export async function signedPost(agent: Agent, target: SignedTarget, body: Buffe
 	await response.body.dump();
 	return response.statusCode;
 }
+
+/** The floor's body: the shape and size of an order-status delivery, numbered by `i`. */
+export function floorBody(i: number): string {
+	return `{"type":"tasking:order_status","timestamp":"${new Date().toISOString()}","data":{"order_id":"order-${i}","status":"fulfilled","previous_status":null,"user_id":"bench-user","order_name":"Benchmark order"}}`;
+}
+
+/**
+ * Runs `count` attempts through `attempt`, `concurrency` loops at a time, loop k always on
+ * targets[k % targets.length]: the floor's way of spreading a load over the endpoints.
+ */
+export async function concurrentLoops<Target>(targets: Target[], count: number, concurrency: number, attempt: (target: Target, i: number) => Promise<unknown>): Promise<void> {
+	let next = 0;
+	const loop = async (worker: number) => {
+		const target = targets[worker % targets.length];
+		while (next < count) await attempt(target, next++);
+	};
+	await Promise.all(Array.from({ length: concurrency }, (_, worker) => loop(worker)));
+}
