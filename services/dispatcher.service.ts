@@ -26,10 +26,11 @@ import { DbMixin, isPostgres, nowIso } from "../mixins/db.mixin";
 import { OrderStatusIntakeMixin } from "../mixins/order-status-intake.mixin";
 import { dispatcherMigrations } from "../migrations/dispatcher";
 import { MicroBatcher } from "../lib/micro-batcher";
+import { SubscriberCache } from "../lib/subscriber-cache";
 import { counter, histogram } from "../lib/metrics";
 import { WebhookSender } from "../lib/webhook-sender";
 import { ThreadedWebhookSender } from "../lib/threaded-sender";
-import { LEASE_SAFETY_MS, MAX_INTAKE_BATCH, MAX_RESULT_BATCH, RESULT_LINGER_MS, SQLITE_INTAKE_BUSY_LINGER, type DispatcherThis } from "../mixins/dispatcher/shared";
+import { LEASE_SAFETY_MS, MAX_INTAKE_BATCH, MAX_RESULT_BATCH, RESULT_LINGER_MS, SQLITE_INTAKE_BUSY_LINGER, TARGET_CACHE_MS, keepSigningUntil, type DispatcherThis } from "../mixins/dispatcher/shared";
 import { IntakeMixin } from "../mixins/dispatcher/intake.mixin";
 import { WorkerMixin } from "../mixins/dispatcher/worker.mixin";
 import { ResultsMixin } from "../mixins/dispatcher/results.mixin";
@@ -46,7 +47,7 @@ import { RetentionMixin } from "../mixins/retention.mixin";
 const parts = [
 	// channel and event tasking.order_status (the dispatcher consumer group), calling ingestOrderStatus
 	OrderStatusIntakeMixin("dispatcher"),
-	// action publish; ingestOrderStatus, acceptEvent, recordRejection, persistEvents
+	// action publish; events webhooks.* (the subscriber cache); ingestOrderStatus, acceptEvent, recordRejection, persistEvents
 	IntakeMixin,
 	// events webhooks.updated / removed / rotated; takeLease, enqueue, pump, startAttempt
 	WorkerMixin,
@@ -84,6 +85,7 @@ const DispatcherService: ServiceSchema<ServiceSettingSchema, DispatcherThis> = {
 		this.failingWebhooks = new Set();
 		this.targets = new Map();
 		this.resolving = new Set();
+		this.subscribers = new SubscriberCache((subscribers, loadedAt) => keepSigningUntil(subscribers, TARGET_CACHE_MS, loadedAt));
 		this.claimRun = null;
 		this.backlog = true;
 		this.waitingWebhooks = new Set();

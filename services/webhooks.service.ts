@@ -49,7 +49,7 @@ const WEBHOOK_TOPICS_PATH = "/id/v3/webhooks/events";
 const parts = [
 	// action prune; RETENTION_PERIOD: previous secrets whose grace period is over
 	RetentionMixin([EXPIRED_PREVIOUS_SECRETS]),
-	// action rotate (POST /webhooks/{id}/rotate); seal, secretsOf
+	// action rotate (POST /webhooks/{id}/rotate); seal, signingOf
 	SecretsMixin,
 	// actions subscribers, resolve, owner, disable, find (broker only, not routed by the gateway)
 	PeersMixin,

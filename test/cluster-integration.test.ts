@@ -79,4 +79,47 @@ describeCluster("cluster: gateway, two dispatchers and a notifier as processes",
 			expect(attemptsByDispatcher["dispatcher-2"]).toBeGreaterThan(0);
 		});
 	}, 300_000);
+
+	// Each dispatcher process keeps a customer's subscribers between intake batches; the gateway's
+	// webhooks.* broadcasts must reach both before the next event does.
+	it("sends every event sent after a webhook change to the webhooks as changed, on both dispatchers", async () => {
+		await withClusterLogs(cluster, async () => {
+			const c = cluster!;
+			const dave = await c.token("dave", { customer: "initech", email: "dave@example.com", name: "Dave" });
+			const batch = (name: string) => orderEvents(40, { customer: "initech", users: ["dave"], prefix: `initech-${name}` });
+			const deliveryRows = async (webhook: ClusterWebhook) => Number((await c.db("deliveries").where({ webhook_id: webhook.id }).count({ count: "*" }))[0].count);
+			const first = await c.createWebhook(dave, "initech");
+			// Both dispatchers take part and now hold initech's subscribers.
+			const warm = batch("warm");
+			await c.send(warm);
+			await c.waitForDeliveries([first], warm);
+
+			const second = await c.createWebhook(dave, "initech");
+			const afterCreate = batch("created");
+			await c.send(afterCreate);
+			await c.waitForDeliveries([first, second], afterCreate);
+
+			expect((await c.request("PATCH", `/id/v3/webhooks/${second.id}`, { token: dave, body: { active: false } })).status).toBe(200);
+			const afterDisable = batch("disabled");
+			await c.send(afterDisable);
+			await c.waitForDeliveries([first], afterDisable);
+
+			expect((await c.request("DELETE", `/id/v3/webhooks/${first.id}`, { token: dave })).status).toBe(204);
+			expect((await c.request("PATCH", `/id/v3/webhooks/${second.id}`, { token: dave, body: { active: true } })).status).toBe(200);
+			const afterSwap = batch("swapped");
+			await c.send(afterSwap);
+			await c.waitForDeliveries([second], afterSwap);
+
+			const figures = {
+				first: c.deliveryFigures([first], [...warm, ...afterCreate, ...afterDisable]),
+				second: c.deliveryFigures([second], [...afterCreate, ...afterSwap]),
+			};
+			printFigures("subscriber-changes", figures);
+			expect(figures.first).toMatchObject({ lost: 0, unexpected: 0, bad_signatures: 0 });
+			expect(figures.second).toMatchObject({ lost: 0, unexpected: 0, bad_signatures: 0 });
+			// Nothing was even planned for a webhook while it was not subscribed.
+			expect(await deliveryRows(first)).toBe(warm.length + afterCreate.length + afterDisable.length);
+			expect(await deliveryRows(second)).toBe(afterCreate.length + afterSwap.length);
+		});
+	}, 180_000);
 });

@@ -84,7 +84,7 @@ describe.each(testDatabases())("claims on %s", database => {
 		// once: 40 rows are 10 claims of 4 in one run. On SQLite every statement answers
 		// synchronously; without a turn between claims, 10,000 recovered rows held the loop for 3 s.
 		await seedDue(stack.db, DISABLED, 40, 1_000);
-		dispatcher.cacheTarget(DISABLED, { id: DISABLED, url: "https://receiver.example/hook", active: false, secrets: [generateWebhookSecret()], headers: {} });
+		dispatcher.cacheTarget(DISABLED, { id: DISABLED, url: "https://receiver.example/hook", active: false, secrets: [generateWebhookSecret()], previousSecretExpiresAt: null, headers: {} });
 		let turns = 0;
 		let claiming = true;
 		const countTurn = () => {

@@ -1,8 +1,10 @@
-// The dispatcher's pure helpers: the message body, time-ordered ids and the micro-batcher.
+// The dispatcher's pure helpers: the message body, time-ordered ids, the micro-batcher and the
+// subscriber cache.
 import { orderStatusMessage } from "../lib/schemas/deliveries";
 import { TaskingOrderStatusEvent } from "../lib/schemas/events";
 import { timeOrderedUuid } from "../lib/ids";
 import { MicroBatcher, type BusyLinger } from "../lib/micro-batcher";
+import { SubscriberCache } from "../lib/subscriber-cache";
 
 describe("orderStatusMessage", () => {
 	const event = (extra: Record<string, unknown> = {}) =>
@@ -122,5 +124,75 @@ describe("MicroBatcher", () => {
 			await addApart();
 			expect(batches).toEqual([["a", "b"]]);
 		});
+	});
+});
+
+describe("SubscriberCache", () => {
+	let clock = 0;
+	const cache = () => new SubscriberCache<string>((_value, loadedAt) => loadedAt + 1_000, 2, () => clock);
+	const loader = (value: string[]) => jest.fn(async () => value);
+	beforeEach(() => (clock = 0));
+
+	it("loads once, then answers from the cache until the entry's deadline", async () => {
+		const subscribers = cache();
+		const load = loader(["w1"]);
+		expect(await subscribers.get("acme", load)).toEqual({ value: ["w1"], loaded: true });
+		clock = 1_000;
+		expect(await subscribers.get("acme", load)).toEqual({ value: ["w1"], loaded: false });
+		clock = 1_001;
+		expect(await subscribers.get("acme", load)).toEqual({ value: ["w1"], loaded: true });
+		expect(load).toHaveBeenCalledTimes(2);
+	});
+
+	it("loads again after forget(key) or clear(), and only for the key forgotten", async () => {
+		const subscribers = cache();
+		const acme = loader(["w1"]);
+		const globex = loader(["w2"]);
+		await subscribers.get("acme", acme);
+		await subscribers.get("globex", globex);
+		subscribers.forget("acme");
+		expect((await subscribers.get("acme", acme)).loaded).toBe(true);
+		expect((await subscribers.get("globex", globex)).loaded).toBe(false);
+		subscribers.clear();
+		expect((await subscribers.get("globex", globex)).loaded).toBe(true);
+	});
+
+	it("does not keep a load that was under way while something was forgotten: it may predate the change", async () => {
+		const subscribers = cache();
+		let finish!: (value: string[]) => void;
+		const slow = jest.fn(() => new Promise<string[]>(resolve => (finish = resolve)));
+		const pending = subscribers.get("acme", slow);
+		subscribers.forget("globex");
+		finish(["old"]);
+		// The batch that asked still gets what it loaded.
+		expect(await pending).toEqual({ value: ["old"], loaded: true });
+		expect(await subscribers.get("acme", loader(["new"]))).toEqual({ value: ["new"], loaded: true });
+		expect(await subscribers.get("acme", loader(["newer"]))).toEqual({ value: ["new"], loaded: false });
+	});
+
+	it("takes each entry's deadline from what was loaded (a secret's grace ending before the usual age)", async () => {
+		const subscribers = new SubscriberCache<{ until: number }>((value, loadedAt) => Math.min(loadedAt + 1_000, ...value.map(item => item.until)), 10, () => clock);
+		const load = jest.fn(async () => [{ until: 300 }]);
+		await subscribers.get("acme", load);
+		clock = 300;
+		expect((await subscribers.get("acme", load)).loaded).toBe(false);
+		clock = 301;
+		expect((await subscribers.get("acme", load)).loaded).toBe(true);
+	});
+
+	it("keeps a failed load out of the cache and passes the error on", async () => {
+		const subscribers = cache();
+		await expect(subscribers.get("acme", () => Promise.reject(new Error("webhooks unavailable")))).rejects.toThrow("webhooks unavailable");
+		expect(subscribers.size).toBe(0);
+	});
+
+	it("holds at most maxEntries customers, dropping the oldest", async () => {
+		const subscribers = cache();
+		await subscribers.get("a", loader(["1"]));
+		await subscribers.get("b", loader(["2"]));
+		await subscribers.get("c", loader(["3"]));
+		expect(subscribers.size).toBe(2);
+		expect((await subscribers.get("c", loader(["x"]))).loaded).toBe(false);
+		expect((await subscribers.get("a", loader(["1"]))).loaded).toBe(true);
 	});
 });

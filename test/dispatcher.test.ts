@@ -98,6 +98,41 @@ describe.each(testDatabases())("dispatcher on %s", database => {
 		expect(env.received(second)).toHaveLength(1);
 	});
 
+	// Intake keeps each customer's subscribers between batches (lib/subscriber-cache.ts): every
+	// change below is followed at once, with no pause, by an event that must see it.
+	it("sends the very next event after a webhook change to the webhooks as changed", async () => {
+		const alice = await newCustomer();
+		const patch = async (webhook: CreatedWebhook, body: object) => expect((await env.stack.request("PATCH", `/id/v3/webhooks/${webhook.id}`, { token: alice.token, body })).status).toBe(200);
+		const recipientsOf = async (event: OrderEvent) => {
+			await publish(event);
+			return (await db()("deliveries").where({ event_id: event.event_id }).pluck("webhook_id")).sort();
+		};
+		const first = await env.createWebhook(alice.token);
+		expect(await recipientsOf(order(alice))).toEqual([first.id]);
+
+		const second = await env.createWebhook(alice.token);
+		expect(await recipientsOf(order(alice))).toEqual([first.id, second.id].sort());
+		await patch(second, { events: [OTHER_TOPIC] });
+		expect(await recipientsOf(order(alice))).toEqual([first.id]);
+		await patch(second, { events: [TOPIC] });
+		expect(await recipientsOf(order(alice))).toEqual([first.id, second.id].sort());
+		await patch(first, { active: false });
+		expect(await recipientsOf(order(alice))).toEqual([second.id]);
+		await patch(first, { active: true });
+		expect(await recipientsOf(order(alice))).toEqual([first.id, second.id].sort());
+		expect((await env.stack.request("DELETE", `/id/v3/webhooks/${second.id}`, { token: alice.token })).status).toBe(204);
+		expect(await recipientsOf(order(alice))).toEqual([first.id]);
+
+		// A rotation: the next event is signed with the new secret (and the previous one, in its grace).
+		const rotated = await env.stack.request("POST", `/id/v3/webhooks/${first.id}/rotate`, { token: alice.token });
+		expect(rotated.status).toBe(200);
+		const afterRotation = order(alice);
+		await publish(afterRotation);
+		await waitForStatus(afterRotation.event_id!, first, "succeeded");
+		const request = env.received(first).find(received => received.body.includes(afterRotation.order_id));
+		expect(verified(request!, rotated.body.secret)).toMatchObject({ data: { order_id: afterRotation.order_id } });
+	});
+
 	it("looks the customer up from user_id when customer_id is absent", async () => {
 		const bob = await newCustomer();
 		const webhook = await env.createWebhook(bob.token);

@@ -296,22 +296,27 @@ describe.each(testDatabases())("webhooks on %s", database => {
 
 		expect(byId(await subscribers(ORDER_STATUS))).toEqual(
 			byId([
-				{ id: orders.id, customerId: customer, url: orders.url, secrets: [orders.secret], headers: {} },
-				{ id: both.id, customerId: customer, url: both.url, secrets: [both.secret], headers: {} },
+				{ id: orders.id, customerId: customer, url: orders.url, secrets: [orders.secret], previousSecretExpiresAt: null, headers: {} },
+				{ id: both.id, customerId: customer, url: both.url, secrets: [both.secret], previousSecretExpiresAt: null, headers: {} },
 			]),
 		);
 		expect(byId(await subscribers(CAPTURE_READY))).toEqual(
 			byId([
-				{ id: both.id, customerId: customer, url: both.url, secrets: [both.secret], headers: {} },
-				{ id: captures.id, customerId: customer, url: captures.url, secrets: [captures.secret], headers: {} },
+				{ id: both.id, customerId: customer, url: both.url, secrets: [both.secret], previousSecretExpiresAt: null, headers: {} },
+				{ id: captures.id, customerId: customer, url: captures.url, secrets: [captures.secret], previousSecretExpiresAt: null, headers: {} },
 			]),
 		);
 		expect(await subscribers("imaging:unknown_topic")).toEqual([]);
 
-		// During the rotation grace period (24 h by default) the old secret still signs.
+		// During the rotation grace period (24 h by default) the old secret still signs, and the
+		// dispatcher is told when it stops, so that it keeps neither past then.
+		const rotatedAt = Date.now();
 		const rotated = await stack.request("POST", `/id/v3/webhooks/${orders.id}/rotate`, { token });
-		const afterRotation = (await subscribers(ORDER_STATUS)).find(entry => entry.id === orders.id);
+		const afterRotation = (await subscribers(ORDER_STATUS)).find(entry => entry.id === orders.id) as { secrets: string[]; previousSecretExpiresAt: string } | undefined;
 		expect(afterRotation?.secrets).toEqual([rotated.body.secret, orders.secret]);
+		const graceEnds = Date.parse(afterRotation!.previousSecretExpiresAt);
+		expect(graceEnds).toBeGreaterThanOrEqual(rotatedAt + 24 * 3_600_000 - 1_000);
+		expect(graceEnds).toBeLessThanOrEqual(Date.now() + 24 * 3_600_000);
 
 		// Re-enabling brings a paused webhook back.
 		await stack.request("PATCH", `/id/v3/webhooks/${paused.id}`, { token, body: { active: true } });
@@ -332,8 +337,8 @@ describe.each(testDatabases())("webhooks on %s", database => {
 		});
 		expect([...resolved].sort((a, b) => a.id.localeCompare(b.id))).toEqual(
 			[
-				{ id: active.id, customerId: customer, url: active.url, active: true, secrets: [active.secret], headers: {} },
-				{ id: inactive.id, customerId: customer, url: inactive.url, active: false, secrets: [inactive.secret], headers: {} },
+				{ id: active.id, customerId: customer, url: active.url, active: true, secrets: [active.secret], previousSecretExpiresAt: null, headers: {} },
+				{ id: inactive.id, customerId: customer, url: inactive.url, active: false, secrets: [inactive.secret], previousSecretExpiresAt: null, headers: {} },
 			].sort((a, b) => a.id.localeCompare(b.id)),
 		);
 		expect(await stack.app.broker.call("webhooks.resolve", { ids: [] })).toEqual([]);

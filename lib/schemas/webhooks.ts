@@ -168,6 +168,8 @@ export interface Subscriber {
 	customerId: string;
 	url: string;
 	secrets: string[];
+	/** When the previous secret's grace ends (then `secrets` loses it); null without one. Nobody may keep `secrets` past it. */
+	previousSecretExpiresAt: string | null;
 	/** Custom request headers in clear (decrypted for the dispatcher only). */
 	headers: Record<string, string>;
 }

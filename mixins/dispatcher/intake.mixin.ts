@@ -5,7 +5,9 @@
 // `delivery_rejected_events`, and hand the valid ones to a micro-batcher (`this.intake`), which
 // writes each batch in one transaction: one message per new event_id, one delivery per subscribed
 // webhook. A delivery is leased to this instance in that same insert when the worker has room,
-// so it goes straight to the send loop without a claim.
+// so it goes straight to the send loop without a claim. Each customer's subscribed webhooks are
+// kept between batches (lib/subscriber-cache.ts), dropped on every webhooks.* change and whenever
+// this node may have missed one.
 import crypto from "node:crypto";
 import { Errors, type Context } from "moleculer";
 import type { Knex } from "knex";
@@ -18,12 +20,13 @@ import { timeOrderedUuid } from "../../lib/ids";
 import { inSqliteTransaction, type SqliteConnection } from "../../lib/sqlite-statements";
 import { chunks, rowsOf } from "../../lib/sql-rows";
 import { TASKING_ORDER_STATUS_EVENT, TASKING_ORDER_STATUS_TOPIC, TaskingOrderStatusEvent, withEventId } from "../../lib/schemas/events";
-import type { Subscriber } from "../../lib/schemas/webhooks";
+import { WEBHOOK_EVENTS, type Subscriber } from "../../lib/schemas/webhooks";
 import { orderStatusMessage, type PublishResult } from "../../lib/schemas/deliveries";
 import {
 	MAX_BINDINGS_PER_STATEMENT,
 	REJECTED_EXCERPT_CHARS,
 	ROWS_PER_STATEMENT,
+	targetOf,
 	type DispatcherMixin,
 	type DispatcherThis,
 	type EventSource,
@@ -64,7 +67,30 @@ function excerptOf(payload: unknown): string {
 	return text.length > REJECTED_EXCERPT_CHARS ? `${storable(text, REJECTED_EXCERPT_CHARS)}…` : storable(text, REJECTED_EXCERPT_CHARS);
 }
 
+/** Every change to a customer's webhooks is announced with the customer's id. */
+function forgetCustomerOnChange(this: DispatcherThis, ctx: Context<{ customerId?: unknown }>): void {
+	const customerId = ctx.params?.customerId;
+	if (typeof customerId === "string") this.subscribers.forget(customerId);
+	else this.subscribers.clear();
+}
+
+/** A webhooks.* announcement may have been missed: while this node was cut off, or by a peer that was. */
+function forgetAllSubscribers(this: DispatcherThis): void {
+	this.subscribers.clear();
+}
+
 export const IntakeMixin: DispatcherMixin = {
+	events: {
+		[WEBHOOK_EVENTS.created]: forgetCustomerOnChange,
+		[WEBHOOK_EVENTS.updated]: forgetCustomerOnChange,
+		[WEBHOOK_EVENTS.removed]: forgetCustomerOnChange,
+		[WEBHOOK_EVENTS.rotated]: forgetCustomerOnChange,
+		[WEBHOOK_EVENTS.disabled]: forgetCustomerOnChange,
+		"$transporter.connected": forgetAllSubscribers,
+		"$node.connected": forgetAllSubscribers,
+		"$node.disconnected": forgetAllSubscribers,
+	},
+
 	actions: {
 		/**
 		 * Acknowledged intake for a caller that wants the outcome: answers once the message and
@@ -168,9 +194,11 @@ export const IntakeMixin: DispatcherMixin = {
 		async persistEvents(this: DispatcherThis, items: IntakeItem[]): Promise<PublishResult[]> {
 			const customers = [...new Set(items.map(item => item.customerId))];
 			const subscriberLists = await Promise.all(
-				customers.map(customerId => this.broker.call<Subscriber[], { customerId: string; topic: string }>("webhooks.subscribers", { customerId, topic: TASKING_ORDER_STATUS_TOPIC })),
+				customers.map(customerId =>
+					this.subscribers.get(customerId, () => this.broker.call<Subscriber[], { customerId: string; topic: string }>("webhooks.subscribers", { customerId, topic: TASKING_ORDER_STATUS_TOPIC })),
+				),
 			);
-			const subscribersOf = new Map(customers.map((customerId, i) => [customerId, subscriberLists[i]]));
+			const subscribersOf = new Map(customers.map((customerId, i) => [customerId, subscriberLists[i].value]));
 
 			const now = nowIso();
 			const leaseId = crypto.randomUUID();
@@ -229,8 +257,10 @@ export const IntakeMixin: DispatcherMixin = {
 				else this.waitingWebhooks.add(webhookId);
 			}
 
-			for (const subscribers of subscriberLists) {
-				for (const subscriber of subscribers) this.cacheTarget(subscriber.id, { id: subscriber.id, url: subscriber.url, active: true, secrets: subscriber.secrets, headers: subscriber.headers });
+			// Freshly loaded lists refresh the worker's targets; a cached one would only prolong them.
+			for (const { value: subscribers, loaded } of subscriberLists) {
+				if (!loaded) continue;
+				for (const subscriber of subscribers) this.cacheTarget(subscriber.id, targetOf(subscriber, true));
 			}
 			for (const delivery of leased) this.enqueue(delivery);
 			if (claimNow) {

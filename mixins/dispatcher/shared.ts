@@ -5,10 +5,11 @@ import type { Context, ServiceSchema, ServiceSettingSchema } from "moleculer";
 import type { Knex } from "knex";
 import type { DbServiceThis } from "../db.mixin";
 import type { MicroBatcher } from "../../lib/micro-batcher";
+import type { SubscriberCache } from "../../lib/subscriber-cache";
 import type { counter, histogram } from "../../lib/metrics";
 import type { DeliveryOutcome } from "../../lib/webhook-sender";
 import type { DeliverySender } from "../../lib/threaded-sender";
-import type { ResolvedWebhook } from "../../lib/schemas/webhooks";
+import type { ResolvedWebhook, Subscriber } from "../../lib/schemas/webhooks";
 import type { Attempt, Delivery, DeliveryParams, DeliveryStatus, PublishResult } from "../../lib/schemas/deliveries";
 import type { WebhookDisabledEvent } from "../../lib/schemas/webhooks";
 import type { WebhookHealth } from "./lifecycle.mixin";
@@ -26,9 +27,10 @@ export const LEASE_BUFFER_FACTOR = 4;
 // Still bounded: a webhook holds at most DELIVERY_WEBHOOK_CONCURRENCY x this many, and a queued
 // delivery whose lease could run out before its attempt ends is given back unattempted.
 export const INTAKE_LEASE_FACTOR = 16;
-// Webhook URLs and secrets are cached this long; webhooks.* events drop entries sooner. Short,
-// because a broadcast can be missed while a node reconnects, and because the previous secret
-// stops signing when its rotation grace ends.
+// Webhook URLs and secrets, and each customer's subscribed webhooks, are cached this long;
+// webhooks.* events drop entries sooner. Short, because a broadcast can be missed (a node
+// joining or reconnecting, clears aside), and because the previous secret stops signing when its
+// rotation grace ends.
 export const TARGET_CACHE_MS = 5_000;
 // An attempt only starts if it can end (DELIVERY_TIMEOUT) this long before its lease expires,
 // so no other instance can ever take the delivery over while it is in flight.
@@ -135,7 +137,23 @@ export interface DeliveryUpdate {
 }
 
 /** A webhook as the worker needs it; `null` in the cache means it no longer exists. */
-export type Target = Pick<ResolvedWebhook, "id" | "url" | "active" | "secrets" | "headers">;
+export type Target = Pick<ResolvedWebhook, "id" | "url" | "active" | "secrets" | "previousSecretExpiresAt" | "headers">;
+
+export const targetOf = (webhook: Subscriber, active: boolean): Target => ({
+	id: webhook.id,
+	url: webhook.url,
+	active,
+	secrets: webhook.secrets,
+	previousSecretExpiresAt: webhook.previousSecretExpiresAt,
+	headers: webhook.headers,
+});
+
+/** How long signing data may be kept: `maxAgeMs`, and never past the previous secret's grace. */
+export function keepSigningUntil(webhooks: Array<Pick<Subscriber, "previousSecretExpiresAt">>, maxAgeMs: number, now = Date.now()): number {
+	let until = now + maxAgeMs;
+	for (const { previousSecretExpiresAt } of webhooks) if (previousSecretExpiresAt) until = Math.min(until, Date.parse(previousSecretExpiresAt));
+	return until;
+}
 
 export interface IntakeItem {
 	eventId: string;
@@ -168,6 +186,8 @@ export type DispatcherThis = DbServiceThis & {
 	/** Webhooks whose last attempt here failed: sent one attempt at a time until one succeeds. */
 	failingWebhooks: Set<string>;
 	targets: Map<string, { target: Target | null; expiresAt: number }>;
+	/** Each customer's webhooks subscribed to tasking:order_status, for intake (intake.mixin.ts). */
+	subscribers: SubscriberCache<Subscriber>;
 	resolving: Set<string>;
 	claimRun: Promise<void> | null;
 	/** Due rows may be waiting that the last claim did not take (capacity ran out). */

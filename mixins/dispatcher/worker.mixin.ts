@@ -16,6 +16,8 @@ import {
 	LEASE_BUFFER_FACTOR,
 	LEASE_SAFETY_MS,
 	TARGET_CACHE_MS,
+	keepSigningUntil,
+	targetOf,
 	type DispatcherMixin,
 	type DispatcherThis,
 	type LeasedDelivery,
@@ -149,7 +151,7 @@ export const WorkerMixin: DispatcherMixin = {
 		},
 
 		cacheTarget(this: DispatcherThis, webhookId: string, target: Target | null): void {
-			this.targets.set(webhookId, { target, expiresAt: Date.now() + TARGET_CACHE_MS });
+			this.targets.set(webhookId, { target, expiresAt: keepSigningUntil(target ? [target] : [], TARGET_CACHE_MS) });
 		},
 
 		/** One webhooks.resolve call for every webhook the worker needs and has not cached. */
@@ -162,7 +164,7 @@ export const WorkerMixin: DispatcherMixin = {
 					const byId = new Map(found.map(webhook => [webhook.id, webhook]));
 					for (const id of ids) {
 						const webhook = byId.get(id);
-						this.cacheTarget(id, webhook ? { id, url: webhook.url, active: webhook.active, secrets: webhook.secrets, headers: webhook.headers } : null);
+						this.cacheTarget(id, webhook ? targetOf(webhook, webhook.active) : null);
 					}
 				}
 			} catch (err) {

@@ -32,7 +32,7 @@ export const PeersMixin: WebhooksMixin = {
 				const rows: WebhookRow[] = await this.db("webhooks").where({ customer_id: customerId, active: true }).orderBy("created_at");
 				return rows
 					.filter(row => (JSON.parse(row.events) as string[]).includes(topic))
-					.map(row => ({ id: row.id, customerId: row.customer_id, url: row.url, secrets: this.secretsOf(row), headers: openHeaders(row, this.secretsKey) }));
+					.map(row => ({ id: row.id, customerId: row.customer_id, url: row.url, ...this.signingOf(row), headers: openHeaders(row, this.secretsKey) }));
 			},
 		},
 
@@ -49,7 +49,7 @@ export const PeersMixin: WebhooksMixin = {
 					customerId: row.customer_id,
 					url: row.url,
 					active: Boolean(row.active),
-					secrets: this.secretsOf(row),
+					...this.signingOf(row),
 					headers: openHeaders(row, this.secretsKey),
 				}));
 			},

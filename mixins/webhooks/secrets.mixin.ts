@@ -7,7 +7,7 @@ import { nowIso } from "../db.mixin";
 import { zodParams } from "../validation";
 import { ConflictError } from "../../lib/errors";
 import { decryptSecret, encryptSecret, generateWebhookSecret } from "../../lib/crypto";
-import { WEBHOOK_EVENTS, WebhookIdParams, type WebhookRotatedEvent, type WebhookWithSecret } from "../../lib/schemas/webhooks";
+import { WEBHOOK_EVENTS, WebhookIdParams, type Subscriber, type WebhookRotatedEvent, type WebhookWithSecret } from "../../lib/schemas/webhooks";
 import type { TenantMeta, WebhookRow, WebhooksMixin, WebhooksThis } from "./shared";
 
 // Two rotations racing on one webhook: the loser re-reads and retries, so that no secret that
@@ -55,7 +55,7 @@ export const SecretsMixin: WebhooksMixin = {
 			return encryptSecret(secret, this.secretsKey, id);
 		},
 
-		secretsOf(this: WebhooksThis, row: WebhookRow): string[] {
+		signingOf(this: WebhooksThis, row: WebhookRow): Pick<Subscriber, "secrets" | "previousSecretExpiresAt"> {
 			const open = (envelope: string) => {
 				try {
 					return decryptSecret(envelope, this.secretsKey, row.id);
@@ -63,10 +63,9 @@ export const SecretsMixin: WebhooksMixin = {
 					throw new Error(`The secret of webhook ${row.id} does not decrypt: is SECRETS_KEY the key it was encrypted with?`);
 				}
 			};
-			const secrets = [open(row.secret_envelope)];
 			const previousValid = row.previous_secret_envelope && row.previous_secret_expires_at && row.previous_secret_expires_at > nowIso();
-			if (previousValid) secrets.push(open(row.previous_secret_envelope!));
-			return secrets;
+			if (!previousValid) return { secrets: [open(row.secret_envelope)], previousSecretExpiresAt: null };
+			return { secrets: [open(row.secret_envelope), open(row.previous_secret_envelope!)], previousSecretExpiresAt: row.previous_secret_expires_at };
 		},
 	},
 };

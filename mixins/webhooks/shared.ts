@@ -6,7 +6,7 @@ import type { DbServiceThis } from "../db.mixin";
 import type { AllowList } from "../../lib/address-ranges";
 import type { counter } from "../../lib/metrics";
 import type { FieldProblem } from "../../lib/errors";
-import type { DisabledReason, WebhookView } from "../../lib/schemas/webhooks";
+import type { DisabledReason, Subscriber, WebhookView } from "../../lib/schemas/webhooks";
 
 // What a listing reads: everything `present` needs and nothing secret.
 export const PUBLIC_COLUMNS = ["id", "name", "url", "events", "active", "disabled_reason", "disabled_at", "header_names", "created_at", "updated_at"] as const;
@@ -49,7 +49,8 @@ export type WebhooksThis = DbServiceThis & {
 	asConflict(err: unknown): unknown;
 	// secrets.mixin.ts
 	seal(secret: string, id: string): string;
-	secretsOf(row: WebhookRow): string[];
+	/** The signing secrets in clear, newest first, and when the previous one stops signing. */
+	signingOf(row: WebhookRow): Pick<Subscriber, "secrets" | "previousSecretExpiresAt">;
 };
 
 /** A part of the webhooks service: its actions and methods, all run with `this` the service. */

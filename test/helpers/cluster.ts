@@ -458,10 +458,10 @@ export class Cluster {
 		return webhooks.flatMap(webhook => events.filter(event => customerOf(event) === webhook.customer).map(event => `${webhook.path}|${event.order_id}`));
 	}
 
-	/** Waits (bounded) until every expected delivery was answered 200. */
+	/** Waits (bounded) until every expected delivery of these events was answered 200 (others not counted). */
 	async waitForDeliveries(webhooks: ClusterWebhook[], events: TaskingOrderStatusInput[], boundMs = 120_000): Promise<void> {
 		const expected = this.expectedKeys(webhooks, events).length;
-		await eventually(() => this.deliveredCount(webhooks), count => count >= expected, `${expected} deliveries`, boundMs).catch(err => {
+		await eventually(() => this.deliveryFigures(webhooks, events).delivered, count => count >= expected, `${expected} deliveries`, boundMs).catch(err => {
 			throw new Error(`${(err as Error).message}\n${this.logs()}`);
 		});
 	}
