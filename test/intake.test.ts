@@ -126,6 +126,29 @@ describeWithNats("intake, cluster mode on JetStream", () => {
 		expect(await deliveredEventIds(env, webhook.id)).toEqual([email.event_id]);
 	});
 
+	it("acknowledges each event once per group after persisting it, with no work-in-progress message before", async () => {
+		const token = await optIn(env, "chan-dan");
+		const webhook = await env.createWebhook(token);
+		const customerId = (await env.stack.request("GET", "/id/v3/user/details", { token })).body.customer_id ?? "chan-dan";
+		// Every acknowledgement a consumer sends is a core NATS publish on the stream's $JS.ACK subjects.
+		const nats = await connectToNats(TEST_NATS_URL, "intake-ack-watch");
+		const answers: string[] = [];
+		const watch = nats.subscribe(`$JS.ACK.${intakeNames(namespace).stream}.>`, { callback: (_err, message) => answers.push(new TextDecoder().decode(message.data)) });
+		try {
+			await nats.flush();
+			const events = Array.from({ length: 5 }, () => fulfilledOrder("chan-dan", customerId));
+			for (const event of events) await (producer as unknown as { sendToChannel(channel: string, payload: unknown): Promise<void> }).sendToChannel("tasking.order_status", event);
+			await eventually("the deliveries", async () => (env.received(webhook).length === events.length ? true : undefined));
+			await eventually("the emails", async () => ((await outboxFor(env, "chan-dan")).length === events.length ? true : undefined));
+			await eventually("an acknowledgement per event and group", async () => (answers.length >= events.length * INTAKE_GROUPS.length ? true : undefined));
+			await sleep(300);
+			expect(answers).toEqual(Array(events.length * INTAKE_GROUPS.length).fill("+ACK"));
+		} finally {
+			watch.unsubscribe();
+			await nats.close();
+		}
+	});
+
 	it("dispatcher.publish hands the event to the notifier through the channel", async () => {
 		const token = await optIn(env, "chan-carol");
 		const customerId = (await env.stack.request("GET", "/id/v3/user/details", { token })).body.customer_id ?? "chan-carol";
