@@ -219,6 +219,23 @@ describe.each(testDatabases())("dispatcher on %s", database => {
 		expect(env.received(webhook)).toHaveLength(6);
 	});
 
+	// On PostgreSQL a batch of results travels as one array per column: text that looks like
+	// array syntax, quotes, backslashes, NUL and non-ASCII must arrive exactly (NUL dropped).
+	it("keeps a receiver's answer as it came, whatever characters it holds, for operators", async () => {
+		const alice = await newCustomer();
+		const webhook = await env.createWebhook(alice.token);
+		const awkward = '{"a","b"} \\ "quoted" NULL, {} \u0000 ünïcødé 🛰 \' ; DROP TABLE deliveries; --';
+		env.script(webhook, [{ status: 500, body: awkward }]);
+		const event = order(alice);
+		await publish(event);
+		const row = await waitForStatus(event.event_id!, webhook, "succeeded");
+		const attempts = await db()("delivery_attempts").where({ delivery_id: row.id }).orderBy("attempt");
+		expect(attempts.map(attempt => [attempt.status_code, attempt.response_excerpt])).toEqual([
+			[500, awkward.replace("\u0000", "")],
+			[200, expect.any(String)],
+		]);
+	});
+
 	it("does not follow 3xx answers: they are failed attempts", async () => {
 		const alice = await newCustomer();
 		const webhook = await env.createWebhook(alice.token);

@@ -18,12 +18,12 @@ import { invalidField, isDependencyFailure } from "../../lib/errors";
 import { ORDER_STATUS_CHANNEL } from "../../lib/intake-channel";
 import { timeOrderedUuid } from "../../lib/ids";
 import { inSqliteTransaction, type SqliteConnection } from "../../lib/sqlite-statements";
-import { chunks, rowsOf } from "../../lib/sql-rows";
+import { chunks } from "../../lib/sql-rows";
+import { columnArrays, runPrepared, unnestColumns, type PreparedStatement } from "../../lib/pg-statements";
 import { TASKING_ORDER_STATUS_EVENT, TASKING_ORDER_STATUS_TOPIC, TaskingOrderStatusEvent, withEventId } from "../../lib/schemas/events";
 import { WEBHOOK_EVENTS, type Subscriber } from "../../lib/schemas/webhooks";
 import { orderStatusMessage, type PublishResult } from "../../lib/schemas/deliveries";
 import {
-	MAX_BINDINGS_PER_STATEMENT,
 	REJECTED_EXCERPT_CHARS,
 	ROWS_PER_STATEMENT,
 	targetOf,
@@ -53,6 +53,24 @@ function insertEventsSqlite(connection: SqliteConnection, messages: MessageRow[]
 	for (const row of deliveries) if (inserted.has(row.event_id)) insertDelivery.run(row);
 	return inserted;
 }
+
+/**
+ * PostgreSQL: the new messages and the deliveries of those in one statement (one round trip),
+ * each column an array (every column here is text).
+ */
+const INSERT_EVENTS_POSTGRES: PreparedStatement = {
+	name: "dispatcher_insert_events",
+	text: `WITH m AS (
+		INSERT INTO delivery_messages (${MESSAGE_COLUMNS.join(", ")})
+		SELECT * FROM ${unnestColumns(MESSAGE_COLUMNS.map(column => [column, "text"] as const), 1, "v")}
+		ON CONFLICT (event_id) DO NOTHING RETURNING event_id
+	), d AS (
+		INSERT INTO deliveries (${DELIVERY_COLUMNS.join(", ")})
+		SELECT * FROM ${unnestColumns(DELIVERY_COLUMNS.map(column => [column, "text"] as const), MESSAGE_COLUMNS.length + 1, "v")}
+		WHERE v.event_id IN (SELECT event_id FROM m)
+	)
+	SELECT event_id FROM m`,
+};
 
 /** PostgreSQL text cannot hold NUL characters, and a rejected payload may contain anything. */
 const storable = (text: string, max: number) => text.replaceAll("\u0000", "").slice(0, max);
@@ -277,50 +295,19 @@ export const IntakeMixin: DispatcherMixin = {
 			});
 		},
 
-		// ---- hot writes: one synchronous transaction on SQLite, one statement per batch on PostgreSQL
+		// ---- hot writes: one synchronous transaction on SQLite, one prepared statement on PostgreSQL
 
 		/**
 		 * Writes the messages whose event_id is new and the deliveries of those, atomically; returns
-		 * the event_ids that were new. On PostgreSQL a batch is one statement (one round trip)
-		 * while it fits the bind-variable limit, a transaction of multi-row statements beyond.
+		 * the event_ids that were new. PostgreSQL: one prepared statement whatever the batch size.
 		 */
 		async writeEvents(this: DispatcherThis, messages: MessageRow[], deliveries: NewDeliveryRow[]): Promise<Set<string>> {
 			if (!isPostgres(this.db)) return inSqliteTransaction(this.db, connection => insertEventsSqlite(connection, messages, deliveries));
-			if ((messages.length * MESSAGE_COLUMNS.length + deliveries.length * DELIVERY_COLUMNS.length) <= MAX_BINDINGS_PER_STATEMENT) {
-				return this.insertEventsAtOnce(messages, deliveries);
-			}
-			return this.db.transaction(async trx => {
-				const inserted = await this.insertMessages(trx, messages);
-				await this.insertDeliveries(trx, deliveries.filter(row => inserted.has(row.event_id)));
-				return inserted;
-			});
+			const values = [...columnArrays(messages, MESSAGE_COLUMNS.map(column => (row: MessageRow) => row[column])), ...columnArrays(deliveries, DELIVERY_COLUMNS.map(column => (row: NewDeliveryRow) => row[column]))];
+			return new Set((await runPrepared<{ event_id: string }>(this.db, INSERT_EVENTS_POSTGRES, values)).map(row => row.event_id));
 		},
 
-		/** PostgreSQL: the new messages and their deliveries in one statement. */
-		async insertEventsAtOnce(this: DispatcherThis, messages: MessageRow[], deliveries: NewDeliveryRow[]): Promise<Set<string>> {
-			const tuple = (size: number) => `(${Array(size).fill("?").join(", ")})`;
-			const messageValues = messages.map(() => tuple(MESSAGE_COLUMNS.length)).join(", ");
-			const deliveryValues = deliveries.map(() => tuple(DELIVERY_COLUMNS.length)).join(", ");
-			const insertDeliveries = deliveries.length
-				? `, d AS (
-					INSERT INTO deliveries (${DELIVERY_COLUMNS.join(", ")})
-					SELECT ${DELIVERY_COLUMNS.map(column => `v.${column}`).join(", ")}
-					FROM (VALUES ${deliveryValues}) AS v(${DELIVERY_COLUMNS.join(", ")})
-					WHERE v.event_id IN (SELECT event_id FROM m)
-				)`
-				: "";
-			const result = await this.db.raw(
-				`WITH m AS (
-					INSERT INTO delivery_messages (${MESSAGE_COLUMNS.join(", ")}) VALUES ${messageValues}
-					ON CONFLICT (event_id) DO NOTHING RETURNING event_id
-				)${insertDeliveries}
-				SELECT event_id FROM m`,
-				[...messages.flatMap(row => MESSAGE_COLUMNS.map(column => row[column])), ...deliveries.flatMap(row => DELIVERY_COLUMNS.map(column => row[column]))],
-			);
-			return new Set(rowsOf<{ event_id: string }>(result).map(row => row.event_id));
-		},
-
-		/** PostgreSQL, batches too large for one statement: inserts the new messages; returns their event_ids. */
+		/** Within a caller's transaction (lifecycle's webhook:disabled notice): inserts the new messages; returns their event_ids. */
 		async insertMessages(this: DispatcherThis, trx: Knex.Transaction, rows: MessageRow[]): Promise<Set<string>> {
 			const inserted = new Set<string>();
 			for (const batch of chunks(rows, ROWS_PER_STATEMENT)) {

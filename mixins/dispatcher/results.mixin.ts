@@ -6,22 +6,73 @@
 // nothing.
 import { isPostgres, nowIso } from "../db.mixin";
 import { inSqliteTransaction, sqliteBoolean, type SqliteConnection } from "../../lib/sqlite-statements";
-import { chunks, rowsOf } from "../../lib/sql-rows";
+import { columnArrays, runPrepared, unnestColumns, type PreparedStatement } from "../../lib/pg-statements";
 import { scheduleNextAttempt } from "../../lib/retry-schedule";
 import { honourRetryAfter } from "../../lib/retry-after";
 import type { DeliveryOutcome } from "../../lib/webhook-sender";
 import {
 	DEPENDENCY_RETRY_MS,
 	LEASE_BUFFER_FACTOR,
-	MAX_BINDINGS_PER_STATEMENT,
 	type DeliveryUpdate,
 	type DispatcherMixin,
 	type DispatcherThis,
 	type LeasedDelivery,
 } from "./shared";
 
-// Bind variables per update in writeUpdatesAtOnce.
-const RESULT_COLUMNS = 16;
+// What a result write carries per delivery, as PostgreSQL columns: name, type, value.
+const RESULT_COLUMNS: ReadonlyArray<readonly [string, string, (update: DeliveryUpdate) => unknown]> = [
+	["id", "text", update => update.delivery.id],
+	["lease_id", "text", update => update.delivery.leaseId],
+	["status", "text", update => update.status],
+	["attempt_count", "integer", update => update.attemptCount],
+	["next_attempt_at", "text", update => update.nextAttemptAt],
+	["parked", "boolean", update => update.parked],
+	["manual_retry", "boolean", update => update.manualRetry],
+	["attempted", "boolean", update => update.outcome !== undefined],
+	["attempted_at", "text", update => update.outcome?.attemptedAt ?? null],
+	["status_code", "integer", update => update.outcome?.statusCode ?? null],
+	["error_kind", "text", update => update.outcome?.errorKind ?? null],
+	["success", "boolean", update => update.outcome?.success ?? false],
+	["title", "text", update => update.outcome?.title ?? null],
+	["detail", "text", update => (update.outcome ? update.outcome.detail.slice(0, 500) : null)],
+	["duration_ms", "integer", update => update.outcome?.durationMs ?? null],
+	["response_excerpt", "text", update => update.outcome?.responseExcerpt ?? null],
+];
+
+/**
+ * PostgreSQL: a batch of results in one prepared statement (one round trip): the lease-guarded
+ * UPDATE, and the attempts of the rows it matched. The last parameter is the time of the write.
+ */
+const WRITE_RESULTS_POSTGRES: PreparedStatement = {
+	name: "dispatcher_write_results",
+	text: `WITH v AS (
+		SELECT * FROM ${unnestColumns(RESULT_COLUMNS.map(([name, type]) => [name, type] as const), 1, "r")}
+	),
+	u AS (
+		UPDATE deliveries SET
+			status = v.status,
+			attempt_count = v.attempt_count,
+			next_attempt_at = v.next_attempt_at,
+			parked = v.parked,
+			manual_retry = v.manual_retry,
+			lease_id = NULL,
+			first_attempt_at = COALESCE(deliveries.first_attempt_at, v.attempted_at),
+			last_attempt_at = CASE WHEN v.attempted THEN v.attempted_at ELSE deliveries.last_attempt_at END,
+			last_status_code = CASE WHEN v.attempted THEN v.status_code ELSE deliveries.last_status_code END,
+			last_error_kind = CASE WHEN v.attempted THEN v.error_kind ELSE deliveries.last_error_kind END,
+			updated_at = $${RESULT_COLUMNS.length + 1}::text
+		FROM v
+		WHERE deliveries.id = v.id AND deliveries.lease_id = v.lease_id
+		RETURNING deliveries.id
+	),
+	a AS (
+		INSERT INTO delivery_attempts (delivery_id, attempt, attempted_at, success, status_code, error_kind, title, detail, duration_ms, response_excerpt)
+		SELECT v.id, v.attempt_count, v.attempted_at, v.success, v.status_code, v.error_kind, v.title, v.detail, v.duration_ms, v.response_excerpt
+		FROM v JOIN u ON u.id = v.id
+		WHERE v.attempted
+	)
+	SELECT id FROM u`,
+};
 
 const sleep = (ms: number) => new Promise(resolve => setTimeout(resolve, ms));
 
@@ -150,76 +201,19 @@ export const ResultsMixin: DispatcherMixin = {
 		/**
 		 * Writes a batch of results at once: per delivery a lease-guarded UPDATE, and the attempts
 		 * of those whose lease still held. SQLite: one synchronous transaction; PostgreSQL: one
-		 * statement per chunk.
+		 * prepared statement.
 		 */
 		async writeUpdates(this: DispatcherThis, updates: DeliveryUpdate[]): Promise<boolean[]> {
 			const now = nowIso();
 			let matched = new Set<string>();
 			if (isPostgres(this.db)) {
-				for (const batch of chunks(updates, Math.floor(MAX_BINDINGS_PER_STATEMENT / RESULT_COLUMNS))) {
-					for (const id of await this.writeUpdatesAtOnce(batch, now)) matched.add(id);
-				}
+				const rows = await runPrepared<{ id: string }>(this.db, WRITE_RESULTS_POSTGRES, [...columnArrays(updates, RESULT_COLUMNS.map(([, , valueOf]) => valueOf)), now]);
+				matched = new Set(rows.map(row => row.id));
 			} else {
 				matched = await inSqliteTransaction(this.db, connection => writeResultsSqlite(connection, updates, now));
 			}
 			return updates.map(update => matched.has(update.delivery.id));
 		},
 
-		/**
-		 * PostgreSQL: the whole batch in one statement (one round trip instead of a transaction of
-		 * four): the lease-guarded UPDATE, and the attempts of the rows it matched.
-		 */
-		async writeUpdatesAtOnce(this: DispatcherThis, updates: DeliveryUpdate[], now: string): Promise<Set<string>> {
-			const int = "CAST(? AS integer)";
-			const tuple = `(?, ?, ?, ${int}, ?, ${int}, ${int}, ${int}, ?, ${int}, ?, ${int}, ?, ?, ${int}, ?)`;
-			const bindings = updates.flatMap(({ delivery, status, attemptCount, nextAttemptAt, parked, manualRetry, outcome }) => [
-				delivery.id,
-				delivery.leaseId,
-				status,
-				attemptCount,
-				nextAttemptAt,
-				parked ? 1 : 0,
-				manualRetry ? 1 : 0,
-				outcome ? 1 : 0,
-				outcome?.attemptedAt ?? null,
-				outcome?.statusCode ?? null,
-				outcome?.errorKind ?? null,
-				outcome?.success ? 1 : 0,
-				outcome?.title ?? null,
-				outcome ? outcome.detail.slice(0, 500) : null,
-				outcome?.durationMs ?? null,
-				outcome?.responseExcerpt ?? null,
-			]);
-			const result = await this.db.raw(
-				`WITH v(id, lease_id, status, attempt_count, next_attempt_at, parked, manual_retry, attempted, attempted_at, status_code, error_kind, success, title, detail, duration_ms, response_excerpt)
-					AS (VALUES ${updates.map(() => tuple).join(", ")}),
-				u AS (
-					UPDATE deliveries SET
-						status = v.status,
-						attempt_count = v.attempt_count,
-						next_attempt_at = v.next_attempt_at,
-						parked = (v.parked = 1),
-						manual_retry = (v.manual_retry = 1),
-						lease_id = NULL,
-						first_attempt_at = COALESCE(deliveries.first_attempt_at, v.attempted_at),
-						last_attempt_at = CASE WHEN v.attempted = 1 THEN v.attempted_at ELSE deliveries.last_attempt_at END,
-						last_status_code = CASE WHEN v.attempted = 1 THEN v.status_code ELSE deliveries.last_status_code END,
-						last_error_kind = CASE WHEN v.attempted = 1 THEN v.error_kind ELSE deliveries.last_error_kind END,
-						updated_at = ?
-					FROM v
-					WHERE deliveries.id = v.id AND deliveries.lease_id = v.lease_id
-					RETURNING deliveries.id
-				),
-				a AS (
-					INSERT INTO delivery_attempts (delivery_id, attempt, attempted_at, success, status_code, error_kind, title, detail, duration_ms, response_excerpt)
-					SELECT v.id, v.attempt_count, v.attempted_at, (v.success = 1), v.status_code, v.error_kind, v.title, v.detail, v.duration_ms, v.response_excerpt
-					FROM v JOIN u ON u.id = v.id
-					WHERE v.attempted = 1
-				)
-				SELECT id FROM u`,
-				[...bindings, now],
-			);
-			return new Set(rowsOf<{ id: string }>(result).map(row => row.id));
-		},
 	},
 };

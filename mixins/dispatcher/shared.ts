@@ -51,9 +51,6 @@ export const RESULT_LINGER_MS = 20;
 export const SQLITE_INTAKE_BUSY_LINGER = { utilisation: 0.7, lingerMs: 4 } as const;
 // Rows per multi-row statement: stays far below SQLite's and PostgreSQL's bind-variable limits.
 export const ROWS_PER_STATEMENT = 200;
-// A whole batch in one PostgreSQL statement while its bind variables stay under this (the
-// protocol's limit is 65,535): one round trip instead of a transaction of several.
-export const MAX_BINDINGS_PER_STATEMENT = 30_000;
 export const REJECTED_EXCERPT_CHARS = 2_000;
 export const DEPENDENCY_RETRY_MS = 1_000;
 
@@ -212,7 +209,6 @@ export type DispatcherThis = DbServiceThis & {
 	recordRejection(source: EventSource, payload: unknown, reason: string): Promise<void>;
 	persistEvents(items: IntakeItem[]): Promise<PublishResult[]>;
 	writeEvents(messages: MessageRow[], deliveries: NewDeliveryRow[]): Promise<Set<string>>;
-	insertEventsAtOnce(messages: MessageRow[], deliveries: NewDeliveryRow[]): Promise<Set<string>>;
 	insertMessages(trx: Knex.Transaction, rows: MessageRow[]): Promise<Set<string>>;
 	insertDeliveries(trx: Knex.Transaction, rows: NewDeliveryRow[]): Promise<void>;
 	// worker.mixin.ts
@@ -229,7 +225,6 @@ export type DispatcherThis = DbServiceThis & {
 	afterAttempt(delivery: LeasedDelivery, outcome: DeliveryOutcome): DeliveryUpdate;
 	finish(delivery: LeasedDelivery, change: Omit<DeliveryUpdate, "delivery">): void;
 	writeUpdates(updates: DeliveryUpdate[]): Promise<boolean[]>;
-	writeUpdatesAtOnce(updates: DeliveryUpdate[], now: string): Promise<Set<string>>;
 	// claims.mixin.ts
 	claimDue(): Promise<void>;
 	claimUntilFull(): Promise<void>;

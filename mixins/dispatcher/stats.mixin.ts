@@ -7,6 +7,7 @@ import { zodParams } from "../validation";
 import { NotFoundError } from "../../lib/errors";
 import { WebhookStatsParams, type StatsBucket, type WebhookStats } from "../../lib/schemas/delivery-stats";
 import type { DeliveryStatus } from "../../lib/schemas/deliveries";
+import { rowsOf } from "../../lib/sql-rows";
 
 const HOUR_MS = 3_600_000;
 const WINDOW_HOURS: Record<WebhookStatsParams["window"], number> = { "24h": 24 };
@@ -28,11 +29,6 @@ interface AttemptCountRow {
 
 type Counts = Omit<StatsBucket, "start">;
 const emptyCounts = (): Counts => ({ succeeded: 0, failed: 0, pending: 0, cancelled: 0, attempts_succeeded: 0, attempts_failed: 0 });
-
-/** knex.raw answers rows on SQLite and a pg Result on PostgreSQL. */
-function rowsOf<Row>(result: unknown): Row[] {
-	return Array.isArray(result) ? (result as Row[]) : ((result as { rows: Row[] }).rows ?? []);
-}
 
 export const DeliveryStatsMixin: Partial<ServiceSchema<ServiceSettingSchema, DbServiceThis>> = {
 	actions: {

