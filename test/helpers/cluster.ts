@@ -441,13 +441,14 @@ export class Cluster {
 		return this.receiver.requests.filter(request => pathOf(request) === webhook.path);
 	}
 
-	/** How many distinct (webhook, order) pairs were answered 200 so far. */
-	deliveredCount(webhooks: ClusterWebhook[]): number {
+	/** How many distinct (webhook, order) pairs were answered 200 so far; only those in `among`, if given. */
+	deliveredCount(webhooks: ClusterWebhook[], among?: Set<string>): number {
 		const paths = new Set(webhooks.map(webhook => webhook.path));
 		const keys = new Set<string>();
 		for (const request of this.receiver.requests) {
 			if (request.answeredStatus !== 200 || !paths.has(pathOf(request))) continue;
-			keys.add(`${pathOf(request)}|${orderIdOf(request)}`);
+			const key = `${pathOf(request)}|${orderIdOf(request)}`;
+			if (!among || among.has(key)) keys.add(key);
 		}
 		return keys.size;
 	}
@@ -460,8 +461,8 @@ export class Cluster {
 
 	/** Waits (bounded) until every expected delivery of these events was answered 200 (others not counted). */
 	async waitForDeliveries(webhooks: ClusterWebhook[], events: TaskingOrderStatusInput[], boundMs = 120_000): Promise<void> {
-		const expected = this.expectedKeys(webhooks, events).length;
-		await eventually(() => this.deliveryFigures(webhooks, events).delivered, count => count >= expected, `${expected} deliveries`, boundMs).catch(err => {
+		const expected = new Set(this.expectedKeys(webhooks, events));
+		await eventually(() => this.deliveredCount(webhooks, expected), count => count >= expected.size, `${expected.size} deliveries`, boundMs).catch(err => {
 			throw new Error(`${(err as Error).message}\n${this.logs()}`);
 		});
 	}
