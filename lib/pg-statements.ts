@@ -35,7 +35,7 @@ export async function runPrepared<Row>(db: Knex, statement: PreparedStatement, v
  * `unnest($first::type[], ...) AS alias(column, ...)`: a set of rows from one array per column,
  * e.g. `unnestColumns([["id", "text"], ["attempt", "integer"]], 1, "v")`.
  */
-export function unnestColumns(columns: ReadonlyArray<readonly [name: string, type: string]>, first: number, alias: string): string {
+export function unnestColumns(columns: ReadonlyArray<readonly [name: string, type: string, ...rest: unknown[]]>, first: number, alias: string): string {
 	const arrays = columns.map(([, type], i) => `$${first + i}::${type}[]`).join(", ");
 	return `unnest(${arrays}) AS ${alias}(${columns.map(([name]) => name).join(", ")})`;
 }

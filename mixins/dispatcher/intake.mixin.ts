@@ -38,6 +38,8 @@ import {
 
 const MESSAGE_COLUMNS = ["event_id", "customer_id", "user_id", "type", "body", "occurred_at", "created_at"] as const satisfies ReadonlyArray<keyof MessageRow>;
 const DELIVERY_COLUMNS = ["id", "event_id", "webhook_id", "customer_id", "status", "next_attempt_at", "lease_id", "created_at", "updated_at"] as const satisfies ReadonlyArray<keyof NewDeliveryRow>;
+const MESSAGE_VALUES = MESSAGE_COLUMNS.map(column => (row: MessageRow) => row[column]);
+const DELIVERY_VALUES = DELIVERY_COLUMNS.map(column => (row: NewDeliveryRow) => row[column]);
 
 /**
  * SQLite, inside one transaction: one prepared single-row statement per row (cached by the
@@ -303,7 +305,7 @@ export const IntakeMixin: DispatcherMixin = {
 		 */
 		async writeEvents(this: DispatcherThis, messages: MessageRow[], deliveries: NewDeliveryRow[]): Promise<Set<string>> {
 			if (!isPostgres(this.db)) return inSqliteTransaction(this.db, connection => insertEventsSqlite(connection, messages, deliveries));
-			const values = [...columnArrays(messages, MESSAGE_COLUMNS.map(column => (row: MessageRow) => row[column])), ...columnArrays(deliveries, DELIVERY_COLUMNS.map(column => (row: NewDeliveryRow) => row[column]))];
+			const values = [...columnArrays(messages, MESSAGE_VALUES), ...columnArrays(deliveries, DELIVERY_VALUES)];
 			return new Set((await runPrepared<{ event_id: string }>(this.db, INSERT_EVENTS_POSTGRES, values)).map(row => row.event_id));
 		},
 

@@ -38,6 +38,7 @@ const RESULT_COLUMNS: ReadonlyArray<readonly [string, string, (update: DeliveryU
 	["duration_ms", "integer", update => update.outcome?.durationMs ?? null],
 	["response_excerpt", "text", update => update.outcome?.responseExcerpt ?? null],
 ];
+const RESULT_VALUES = RESULT_COLUMNS.map(([, , valueOf]) => valueOf);
 
 /**
  * PostgreSQL: a batch of results in one prepared statement (one round trip): the lease-guarded
@@ -46,7 +47,7 @@ const RESULT_COLUMNS: ReadonlyArray<readonly [string, string, (update: DeliveryU
 const WRITE_RESULTS_POSTGRES: PreparedStatement = {
 	name: "dispatcher_write_results",
 	text: `WITH v AS (
-		SELECT * FROM ${unnestColumns(RESULT_COLUMNS.map(([name, type]) => [name, type] as const), 1, "r")}
+		SELECT * FROM ${unnestColumns(RESULT_COLUMNS, 1, "r")}
 	),
 	u AS (
 		UPDATE deliveries SET
@@ -207,7 +208,7 @@ export const ResultsMixin: DispatcherMixin = {
 			const now = nowIso();
 			let matched = new Set<string>();
 			if (isPostgres(this.db)) {
-				const rows = await runPrepared<{ id: string }>(this.db, WRITE_RESULTS_POSTGRES, [...columnArrays(updates, RESULT_COLUMNS.map(([, , valueOf]) => valueOf)), now]);
+				const rows = await runPrepared<{ id: string }>(this.db, WRITE_RESULTS_POSTGRES, [...columnArrays(updates, RESULT_VALUES), now]);
 				matched = new Set(rows.map(row => row.id));
 			} else {
 				matched = await inSqliteTransaction(this.db, connection => writeResultsSqlite(connection, updates, now));
