@@ -103,6 +103,49 @@ describe.each(testDatabases())("webhook lifecycle on %s", database => {
 		await waitUntil(() => deliveryOf(event.event_id!, webhook), found => found?.status === "succeeded", "the delivery after re-enabling");
 	});
 
+	it("parks an attempt that was in flight when the webhook was disabled: its retry waits for re-enabling, and no second worker gets it meanwhile", async () => {
+		const alice = await newCustomer(env.stack);
+		const webhook = await env.createWebhook(alice.token);
+		// The receiver holds the first attempt until the webhook has been disabled, then fails it.
+		let releaseAttempt!: () => void;
+		const disabledMeanwhile = new Promise<void>(resolve => (releaseAttempt = resolve));
+		let attemptArrived!: () => void;
+		const arrived = new Promise<void>(resolve => (attemptArrived = resolve));
+		env.script(webhook, [
+			async () => {
+				attemptArrived();
+				await disabledMeanwhile;
+				return { status: 500 };
+			},
+		]);
+		const event = orderEvent(alice);
+		await publish(event);
+		await arrived;
+
+		const patched = await env.stack.request("PATCH", `/id/v3/webhooks/${webhook.id}`, { token: alice.token, body: { active: false } });
+		expect(patched.body).toMatchObject({ active: false });
+		// Parked at once, though leased: no next attempt, and the lease stays with the attempt in flight.
+		const whileInFlight = await waitUntil(() => deliveryOf(event.event_id!, webhook), row => Boolean(row?.parked), "the leased row to be parked");
+		expect(whileInFlight).toMatchObject({ status: "pending", attempt_count: 0, next_attempt_at: null, lease_id: expect.any(String) });
+		// A hand retry must not take the row from under the attempt in flight.
+		const retried = await env.stack.request("POST", `/id/v3/webhooks/${webhook.id}/deliveries/${whileInFlight.id}/retry`, { token: alice.token });
+		expect(retried.status).toBe(202);
+		expect(await deliveryOf(event.event_id!, webhook)).toMatchObject({ lease_id: whileInFlight.lease_id });
+
+		releaseAttempt();
+		// The 500 is recorded, and the retry it would have scheduled waits for the webhook.
+		const written = await waitUntil(() => deliveryOf(event.event_id!, webhook), row => row?.attempt_count === 1, "the failed attempt to be written");
+		expect(written).toMatchObject({ status: "pending", parked: expect.anything(), next_attempt_at: null, lease_id: null, last_status_code: 500 });
+		expect(Boolean(written.parked)).toBe(true);
+		await sleep(1_500);
+		expect(env.received(webhook)).toHaveLength(1);
+
+		await env.stack.request("PATCH", `/id/v3/webhooks/${webhook.id}`, { token: alice.token, body: { active: true } });
+		const done = await waitUntil(() => deliveryOf(event.event_id!, webhook), row => row?.status === "succeeded", "the delivery after re-enabling");
+		expect(done).toMatchObject({ attempt_count: 2 });
+		expect(env.received(webhook)).toHaveLength(2);
+	});
+
 	it("waits at least as long as a 429's Retry-After in seconds before the next attempt", async () => {
 		const alice = await newCustomer(env.stack);
 		const webhook = await env.createWebhook(alice.token);

@@ -175,9 +175,17 @@ export const ClaimsMixin: DispatcherMixin = {
 			}
 		},
 
+		/**
+		 * A parked row that still has a lease_id was parked while an attempt was in flight (see
+		 * parkPending): it becomes due only when that lease has surely ended, never now, or a
+		 * second worker could attempt it alongside the first.
+		 */
 		async resumeParked(this: DispatcherThis, webhookId: string): Promise<void> {
 			const now = nowIso();
-			const resumed = await this.db("deliveries").where({ webhook_id: webhookId, status: "pending", parked: true }).update({ parked: false, next_attempt_at: now, updated_at: now });
+			const leaseEnded = new Date(Date.now() + this.config.DELIVERY_LEASE).toISOString();
+			const resumed = await this.db("deliveries")
+				.where({ webhook_id: webhookId, status: "pending", parked: true })
+				.update({ parked: false, next_attempt_at: this.db.raw("CASE WHEN lease_id IS NULL THEN ? ELSE ? END", [now, leaseEnded]), updated_at: now });
 			if (resumed > 0) {
 				this.logger.info(`Webhook ${webhookId} is active again: ${resumed} parked deliveries resumed`);
 				this.backlog = true;

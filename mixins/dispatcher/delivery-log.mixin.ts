@@ -146,7 +146,7 @@ export const DeliveryLogMixin: DispatcherMixin = {
 					// Not while a lease is live: that would let a second worker attempt it concurrently.
 					await this.db("deliveries")
 						.where({ id: row.id, status: "pending" })
-						.andWhere(free => free.whereNull("lease_id").orWhere("next_attempt_at", "<=", now).orWhereNull("next_attempt_at"))
+						.andWhere(free => free.whereNull("lease_id").orWhere("next_attempt_at", "<=", now))
 						.update({ next_attempt_at: now, parked: false, lease_id: null, updated_at: now });
 				} else {
 					await this.db("deliveries")

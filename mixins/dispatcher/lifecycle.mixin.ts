@@ -188,14 +188,21 @@ export const LifecycleMixin: DispatcherMixin = {
 
 		/**
 		 * Parks a disabled webhook's pending deliveries now, so that none shows a next attempt.
-		 * A row under a live lease is left to its worker, which parks it when it sees the webhook.
+		 * A row under a live lease keeps its lease_id: the attempt in flight still writes its
+		 * result, and the result write sees the row parked and keeps it so (a retry it would have
+		 * scheduled waits for the webhook instead). Without that, an attempt that ended just after
+		 * the disable left a pending retry behind, due while the webhook was off.
 		 */
 		async parkPending(this: DispatcherThis, webhookId: string): Promise<number> {
 			const now = nowIso();
 			return this.db("deliveries")
 				.where({ webhook_id: webhookId, status: "pending", parked: false })
-				.andWhere(free => free.whereNull("lease_id").orWhere("next_attempt_at", "<=", now))
-				.update({ parked: true, next_attempt_at: null, lease_id: null, updated_at: now });
+				.update({
+					parked: true,
+					next_attempt_at: null,
+					lease_id: this.db.raw("CASE WHEN next_attempt_at > ? THEN lease_id ELSE NULL END", [now]),
+					updated_at: now,
+				});
 		},
 
 		/** Persists a webhook:disabled message and one delivery per subscribed webhook of the customer. */

@@ -3,7 +3,8 @@
 // is freed at once; the write joins a micro-batch (`this.results`) that updates the deliveries
 // and inserts their attempts in one transaction (SQLite) or one statement (PostgreSQL). Each update is guarded by the delivery's
 // lease_id, so a worker whose lease was lost (taken over, cancelled, retried by hand) writes
-// nothing.
+// nothing. A row parked while its attempt was in flight (the webhook was disabled meanwhile)
+// stays parked unless the attempt finished it: its retry waits for the webhook to be enabled.
 import { isPostgres, nowIso } from "../db.mixin";
 import { inSqliteTransaction, sqliteBoolean, type SqliteConnection } from "../../lib/sqlite-statements";
 import { columnArrays, runPrepared, unnestColumns, type PreparedStatement } from "../../lib/pg-statements";
@@ -53,8 +54,8 @@ const WRITE_RESULTS_POSTGRES: PreparedStatement = {
 		UPDATE deliveries SET
 			status = v.status,
 			attempt_count = v.attempt_count,
-			next_attempt_at = v.next_attempt_at,
-			parked = v.parked,
+			next_attempt_at = CASE WHEN v.status = 'pending' AND deliveries.parked THEN NULL ELSE v.next_attempt_at END,
+			parked = CASE WHEN v.status = 'pending' AND deliveries.parked THEN true ELSE v.parked END,
 			manual_retry = v.manual_retry,
 			lease_id = NULL,
 			first_attempt_at = COALESCE(deliveries.first_attempt_at, v.attempted_at),
@@ -85,8 +86,10 @@ const sleep = (ms: number) => new Promise(resolve => setTimeout(resolve, ms));
 function writeResultsSqlite(connection: SqliteConnection, updates: DeliveryUpdate[], now: string): Set<string> {
 	const update = connection.prepare(
 		`UPDATE deliveries SET
-			status = @status, attempt_count = @attempt_count, next_attempt_at = @next_attempt_at,
-			parked = @parked, manual_retry = @manual_retry, lease_id = NULL,
+			status = @status, attempt_count = @attempt_count,
+			next_attempt_at = CASE WHEN @status = 'pending' AND parked THEN NULL ELSE @next_attempt_at END,
+			parked = CASE WHEN @status = 'pending' AND parked THEN 1 ELSE @parked END,
+			manual_retry = @manual_retry, lease_id = NULL,
 			first_attempt_at = COALESCE(first_attempt_at, @attempted_at),
 			last_attempt_at = CASE WHEN @attempted = 1 THEN @attempted_at ELSE last_attempt_at END,
 			last_status_code = CASE WHEN @attempted = 1 THEN @status_code ELSE last_status_code END,
