@@ -76,29 +76,36 @@ function backlogGauge<T>(service: BacklogThis<unknown>, read: () => Promise<T>, 
 
 async function readDeliveryBacklog(db: Knex): Promise<DeliveryCounts> {
 	const now = nowIso();
-	const [pending, due] = await Promise.all([
-		// Literal predicates: SQLite uses the partial index of pending rows only for those.
-		db("deliveries").whereRaw("status = 'pending'").count({ count: "*" }).first(),
-		db("deliveries").whereRaw("status = 'pending'").andWhere("next_attempt_at", "<=", now).count({ count: "*" }).min({ oldest: "next_attempt_at" }).first(),
-	]);
-	const oldest = (due?.oldest as string | null | undefined) ?? null;
+	// One statement, so that the counts are of one moment: two queries on two connections could
+	// show a due delivery beside a pending count of 0. The literal predicate lets SQLite use the
+	// partial index of pending rows.
+	const row = await db("deliveries")
+		.whereRaw("status = 'pending'")
+		.select(
+			db.raw("COUNT(*) AS pending"),
+			db.raw("COUNT(CASE WHEN next_attempt_at <= ? THEN 1 END) AS due", [now]),
+			db.raw("MIN(CASE WHEN next_attempt_at <= ? THEN next_attempt_at END) AS oldest", [now]),
+		)
+		.first();
 	return {
-		pending: Number(pending?.count ?? 0),
-		due: Number(due?.count ?? 0),
-		oldest_due_at: oldest,
+		pending: Number(row?.pending ?? 0),
+		due: Number(row?.due ?? 0),
+		oldest_due_at: (row?.oldest as string | null | undefined) ?? null,
 		checked_at: now,
 	};
 }
 
 async function readEmailBacklog(db: Knex): Promise<EmailCounts> {
 	const now = nowIso();
-	const [counts, oldest] = await Promise.all([
-		db("email_outbox").select("status").count({ count: "*" }).groupBy("status") as Promise<Array<{ status: string; count: number | string }>>,
-		db("email_outbox").where({ status: "pending" }).min({ oldest: "created_at" }).first(),
-	]);
+	// One statement (see readDeliveryBacklog): each status's count and oldest row, of one moment.
+	const rows: Array<{ status: string; count: number | string; oldest: string | null }> = await db("email_outbox")
+		.select("status")
+		.count({ count: "*" })
+		.min({ oldest: "created_at" })
+		.groupBy("status");
 	const byStatus = Object.fromEntries(EMAIL_OUTBOX_STATUSES.map(status => [status, 0])) as EmailBacklog["by_status"];
-	for (const row of counts) if (row.status in byStatus) byStatus[row.status as keyof typeof byStatus] = Number(row.count);
-	const oldestAt = (oldest?.oldest as string | null | undefined) ?? null;
+	for (const row of rows) if (row.status in byStatus) byStatus[row.status as keyof typeof byStatus] = Number(row.count);
+	const oldestAt = rows.find(row => row.status === "pending")?.oldest ?? null;
 	return { by_status: byStatus, oldest_pending_at: oldestAt, checked_at: now };
 }
 
