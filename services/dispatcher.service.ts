@@ -22,15 +22,16 @@
 // order of start and shutdown. Constants, row types and `DispatcherThis` are in
 // mixins/dispatcher/shared.ts.
 import type { ServiceSchema, ServiceSettingSchema } from "moleculer";
-import { DbMixin, isPostgres, nowIso } from "../mixins/db.mixin";
+import { DbMixin, isPostgres } from "../mixins/db.mixin";
 import { OrderStatusIntakeMixin } from "../mixins/order-status-intake.mixin";
 import { dispatcherMigrations } from "../migrations/dispatcher";
 import { MicroBatcher } from "../lib/micro-batcher";
 import { SubscriberCache } from "../lib/subscriber-cache";
+import { EndpointBreakers } from "../lib/endpoint-breaker";
 import { counter, histogram } from "../lib/metrics";
 import { WebhookSender } from "../lib/webhook-sender";
 import { ThreadedWebhookSender } from "../lib/threaded-sender";
-import { LEASE_SAFETY_MS, MAX_INTAKE_BATCH, MAX_RESULT_BATCH, RESULT_LINGER_MS, SQLITE_INTAKE_BUSY_LINGER, TARGET_CACHE_MS, keepSigningUntil, type DispatcherThis } from "../mixins/dispatcher/shared";
+import { BREAKER, LEASE_SAFETY_MS, MAX_INTAKE_BATCH, MAX_RESULT_BATCH, RESULT_LINGER_MS, SQLITE_INTAKE_BUSY_LINGER, TARGET_CACHE_MS, keepSigningUntil, type DispatcherThis } from "../mixins/dispatcher/shared";
 import { IntakeMixin } from "../mixins/dispatcher/intake.mixin";
 import { WorkerMixin } from "../mixins/dispatcher/worker.mixin";
 import { ResultsMixin } from "../mixins/dispatcher/results.mixin";
@@ -82,7 +83,7 @@ const DispatcherService: ServiceSchema<ServiceSettingSchema, DispatcherThis> = {
 		this.held = 0;
 		this.heldByWebhook = new Map();
 		this.attemptsInFlight = new Set();
-		this.failingWebhooks = new Set();
+		this.breakers = new EndpointBreakers(BREAKER);
 		this.targets = new Map();
 		this.resolving = new Set();
 		this.subscribers = new SubscriberCache((subscribers, loadedAt) => keepSigningUntil(subscribers, TARGET_CACHE_MS, loadedAt));
@@ -130,12 +131,7 @@ const DispatcherService: ServiceSchema<ServiceSettingSchema, DispatcherThis> = {
 		// connection is released (the DbMixin's stopped runs after this one).
 		await this.claimRun;
 		await this.intake.drain();
-		for (const queue of this.queues.values()) {
-			for (const delivery of queue) {
-				this.finish(delivery, { status: "pending", attemptCount: delivery.attemptCount, nextAttemptAt: nowIso(), parked: false, manualRetry: delivery.manualRetry });
-			}
-		}
-		this.queues.clear();
+		for (const webhookId of [...this.queues.keys()]) this.returnQueued(webhookId);
 		await Promise.allSettled([...this.attemptsInFlight]);
 		await this.results.drain();
 		await this.sender?.close();

@@ -84,7 +84,18 @@ export const ClaimsMixin: DispatcherMixin = {
 			const share = this.config.DELIVERY_WEBHOOK_CONCURRENCY * LEASE_BUFFER_FACTOR;
 			const saturated: string[] = [];
 			const partly: Array<[string, number]> = [];
+			// An open breaker's webhook gets one row, its probe, once the probe is due and none is out.
+			const probing = new Set<string>();
+			for (const { webhookId, probeDue } of this.breakers.open(now)) {
+				if (probeDue && !this.heldByWebhook.has(webhookId)) {
+					partly.push([webhookId, 1]);
+					probing.add(webhookId);
+				} else {
+					saturated.push(webhookId);
+				}
+			}
 			for (const [webhookId, count] of this.heldByWebhook) {
+				if (this.breakers.isOpen(webhookId)) continue;
 				if (count >= share) saturated.push(webhookId);
 				else partly.push([webhookId, share - count]);
 			}
@@ -118,7 +129,9 @@ export const ClaimsMixin: DispatcherMixin = {
 			const leasedOf = new Map<string, number>();
 			for (const row of rows) leasedOf.set(row.webhook_id, (leasedOf.get(row.webhook_id) ?? 0) + 1);
 			const roomBefore = new Map(partly);
-			const filledWebhooks = [...leasedOf].filter(([webhookId, count]) => count >= (roomBefore.get(webhookId) ?? share)).map(([webhookId]) => webhookId);
+			const filledWebhooks = [...leasedOf]
+				.filter(([webhookId, count]) => !probing.has(webhookId) && count >= (roomBefore.get(webhookId) ?? share))
+				.map(([webhookId]) => webhookId);
 			const bodies = new Map<string, string>();
 			for (const eventIds of chunks([...new Set(rows.map(row => row.event_id))], 500)) {
 				const messages: Array<Pick<MessageRow, "event_id" | "body">> = await this.db("delivery_messages").whereIn("event_id", eventIds).select("event_id", "body");

@@ -273,6 +273,8 @@ export const IntakeMixin: DispatcherMixin = {
 				}
 				deliveriesOf.set(eventId, deliveriesOf.get(eventId)! + 1);
 				if (delivery) leased.push(delivery);
+				// An open breaker: the row waits for the webhook's next probe (a claim at a poll).
+				else if (this.breakers.isOpen(webhookId)) continue;
 				else if (this.hasShareLeft(webhookId)) claimNow = true;
 				else this.waitingWebhooks.add(webhookId);
 			}

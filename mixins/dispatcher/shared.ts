@@ -6,6 +6,7 @@ import type { Knex } from "knex";
 import type { DbServiceThis } from "../db.mixin";
 import type { MicroBatcher } from "../../lib/micro-batcher";
 import type { SubscriberCache } from "../../lib/subscriber-cache";
+import type { EndpointBreakers } from "../../lib/endpoint-breaker";
 import type { counter, histogram } from "../../lib/metrics";
 import type { DeliveryOutcome } from "../../lib/webhook-sender";
 import type { DeliverySender } from "../../lib/threaded-sender";
@@ -38,6 +39,9 @@ export const LEASE_SAFETY_MS = 2_000;
 // Parked deliveries (webhook disabled) are re-checked every this many polls, in case the
 // webhooks.updated event that re-enabled it was missed (e.g. while this node reconnected).
 export const PARKED_RECHECK_POLLS = 30;
+// An endpoint whose attempts failed this many times in a row gets one probe attempt a second
+// until one succeeds (lib/endpoint-breaker.ts); its deliveries wait in the database meanwhile.
+export const BREAKER = { openAfter: 5, probeEveryMs: 1_000 } as const;
 export const MAX_CLAIM_BATCH = 500;
 export const MAX_INTAKE_BATCH = 500;
 export const MAX_RESULT_BATCH = 500;
@@ -180,8 +184,8 @@ export type DispatcherThis = DbServiceThis & {
 	held: number;
 	heldByWebhook: Map<string, number>;
 	attemptsInFlight: Set<Promise<void>>;
-	/** Webhooks whose last attempt here failed: sent one attempt at a time until one succeeds. */
-	failingWebhooks: Set<string>;
+	/** Endpoints failing here: one attempt at a time, and past BREAKER.openAfter only a probe a second. */
+	breakers: EndpointBreakers;
 	targets: Map<string, { target: Target | null; expiresAt: number }>;
 	/** Each customer's webhooks subscribed to tasking:order_status, for intake (intake.mixin.ts). */
 	subscribers: SubscriberCache<Subscriber>;
@@ -221,6 +225,8 @@ export type DispatcherThis = DbServiceThis & {
 	cacheTarget(webhookId: string, target: Target | null): void;
 	resolveTargets(webhookIds: string[]): Promise<void>;
 	startAttempt(delivery: LeasedDelivery, target: Target): void;
+	noteEndpointOutcome(webhookId: string, success: boolean): void;
+	returnQueued(webhookId: string): number;
 	// results.mixin.ts
 	afterAttempt(delivery: LeasedDelivery, outcome: DeliveryOutcome): DeliveryUpdate;
 	finish(delivery: LeasedDelivery, change: Omit<DeliveryUpdate, "delivery">): void;

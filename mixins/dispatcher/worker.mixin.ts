@@ -4,7 +4,9 @@
 // LEASE_BUFFER_FACTOR leases per unit of concurrency (queued + in flight). Each webhook's URL and
 // secrets come from a short-lived cache filled by webhooks.resolve and emptied by the webhooks.*
 // events; a delivery of a removed webhook is cancelled, one of a disabled webhook parked. A
-// webhook whose last attempt failed is sent one attempt at a time until one succeeds.
+// webhook whose last attempt failed is sent one attempt at a time until one succeeds, and one that
+// keeps failing only a probe a second (lib/endpoint-breaker.ts): its queued deliveries go back to
+// the database, due, and intake and claims leave its rows there until a probe succeeds.
 import type { Context } from "moleculer";
 import { nowIso } from "../db.mixin";
 import { chunks } from "../../lib/sql-rows";
@@ -16,6 +18,7 @@ import {
 	LEASE_BUFFER_FACTOR,
 	LEASE_SAFETY_MS,
 	TARGET_CACHE_MS,
+	BREAKER,
 	keepSigningUntil,
 	targetOf,
 	type DispatcherMixin,
@@ -31,6 +34,8 @@ export const WorkerMixin: DispatcherMixin = {
 				const { id, active } = ctx.params ?? {};
 				if (typeof id !== "string") return;
 				this.targets.delete(id);
+				// A new URL, or an endpoint enabled again: its failures here say nothing about it now.
+				this.breakers.forget(id);
 				if (active === true) await this.resumeParked(id).catch(err => this.logger.error(`Could not resume deliveries of webhook ${id}`, err));
 			},
 		},
@@ -40,7 +45,7 @@ export const WorkerMixin: DispatcherMixin = {
 				const id = ctx.params?.id;
 				if (typeof id !== "string") return;
 				this.cacheTarget(id, null);
-				this.failingWebhooks.delete(id);
+				this.breakers.forget(id);
 				this.waitingWebhooks.delete(id);
 				const cancelled = await this.cancelPending(id).catch(err => {
 					this.logger.error(`Could not cancel deliveries of removed webhook ${id}`, err);
@@ -63,6 +68,7 @@ export const WorkerMixin: DispatcherMixin = {
 		/** Takes a local lease slot at intake if this instance has room for one more delivery of the webhook. */
 		takeLease(this: DispatcherThis, webhookId: string): boolean {
 			const perWebhook = this.heldByWebhook.get(webhookId) ?? 0;
+			if (this.breakers.isOpen(webhookId)) return false;
 			if (this.held >= this.config.DELIVERY_CONCURRENCY * INTAKE_LEASE_FACTOR) return false;
 			if (perWebhook >= this.config.DELIVERY_WEBHOOK_CONCURRENCY * INTAKE_LEASE_FACTOR) return false;
 			this.held += 1;
@@ -99,15 +105,21 @@ export const WorkerMixin: DispatcherMixin = {
 			const globalLimit = this.config.DELIVERY_CONCURRENCY;
 			const webhookLimit = this.config.DELIVERY_WEBHOOK_CONCURRENCY;
 			const unresolved: string[] = [];
+			const now = Date.now();
 			let started = true;
 			while (started && this.inFlight < globalLimit && this.queues.size > 0) {
 				started = false;
 				for (const webhookId of [...this.queues.keys()]) {
 					if (this.inFlight >= globalLimit) break;
 					const queue = this.queues.get(webhookId)!;
-					// A webhook whose last attempt failed gets one attempt at a time until one succeeds:
-					// its retries, due all the time, must not take the capacity healthy webhooks need.
-					const limit = this.failingWebhooks.has(webhookId) ? 1 : webhookLimit;
+					// A failing webhook's retries, due all the time, must not take the capacity healthy
+					// webhooks need: one attempt at a time, or only a probe while its breaker is open.
+					const limit = this.breakers.attemptLimit(webhookId, webhookLimit, now);
+					if (limit === 0) {
+						// Open, its probe not due: these would only wait with their leases running out.
+						this.returnQueued(webhookId);
+						continue;
+					}
 					if ((this.inFlightByWebhook.get(webhookId) ?? 0) >= limit) continue;
 					const target = this.freshTarget(webhookId);
 					if (target === undefined) {
@@ -183,8 +195,7 @@ export const WorkerMixin: DispatcherMixin = {
 			const attempt = this.sender
 				.send({ url: target.url, messageId: messageIdOf(delivery.id), body: delivery.body, secrets: target.secrets, headers: target.headers, timeoutMs: this.config.DELIVERY_TIMEOUT })
 				.then(outcome => {
-					if (outcome.success) this.failingWebhooks.delete(delivery.webhookId);
-					else this.failingWebhooks.add(delivery.webhookId);
+					this.noteEndpointOutcome(delivery.webhookId, outcome.success);
 					const update = this.afterAttempt(delivery, outcome);
 					this.finish(delivery, update);
 				})
@@ -202,6 +213,34 @@ export const WorkerMixin: DispatcherMixin = {
 					this.pump();
 				});
 			this.attemptsInFlight.add(attempt);
+		},
+
+		/**
+		 * Feeds the breaker. One that opens gives its queued deliveries back to the database, due
+		 * now and unattempted, instead of holding their leases while they wait for probes; one
+		 * that closes lets claims take the webhook's pile again at once.
+		 */
+		noteEndpointOutcome(this: DispatcherThis, webhookId: string, success: boolean): void {
+			const change = this.breakers.record(webhookId, success, Date.now());
+			if (change === "opened") {
+				const returned = this.returnQueued(webhookId);
+				this.waitingWebhooks.delete(webhookId);
+				this.logger.warn(`Webhook ${webhookId}: ${BREAKER.openAfter} attempts in a row failed; one probe attempt a second until one succeeds (${returned} queued deliveries wait in the database meanwhile)`);
+			} else if (change === "closed") {
+				this.logger.info(`Webhook ${webhookId} answers again: its waiting deliveries resume`);
+				this.backlog = true;
+				this.claimSoon();
+			}
+		},
+
+		/** Gives the webhook's queued (leased, not started) deliveries back to the database, due now. */
+		returnQueued(this: DispatcherThis, webhookId: string): number {
+			const queued = this.queues.get(webhookId) ?? [];
+			this.queues.delete(webhookId);
+			for (const delivery of queued) {
+				this.finish(delivery, { status: "pending", attemptCount: delivery.attemptCount, nextAttemptAt: nowIso(), parked: false, manualRetry: delivery.manualRetry });
+			}
+			return queued.length;
 		},
 	},
 };

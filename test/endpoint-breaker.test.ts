@@ -1,0 +1,100 @@
+// The per-endpoint circuit breaker (lib/endpoint-breaker.ts): its states on their own, then end to
+// end with a real HTTPS receiver on SQLite and PostgreSQL: an endpoint that fails everything gets
+// a probe a second instead of every due retry, its healthy neighbour is unaffected, nothing is
+// lost, and the pile drains once a probe succeeds.
+import { EndpointBreakers } from "../lib/endpoint-breaker";
+import { BREAKER } from "../mixins/dispatcher/shared";
+import { testDatabases } from "./helpers/services";
+import { newCustomer, orderEvent, sleep, startDeliveryStack, verified, waitUntil, type DeliveryStack } from "./helpers/delivery-stack";
+
+describe("EndpointBreakers", () => {
+	const breakers = () => new EndpointBreakers({ openAfter: 3, probeEveryMs: 1_000 });
+
+	it("gives a healthy endpoint its full concurrency, a failing one a single attempt, and an open one nothing until its probe is due", () => {
+		const b = breakers();
+		expect(b.attemptLimit("w", 8, 0)).toBe(8);
+		expect(b.record("w", false, 0)).toBeNull();
+		expect(b.attemptLimit("w", 8, 0)).toBe(1);
+		expect(b.isOpen("w")).toBe(false);
+		expect(b.record("w", false, 10)).toBeNull();
+		expect(b.record("w", false, 20)).toBe("opened");
+		expect(b.isOpen("w")).toBe(true);
+		expect(b.attemptLimit("w", 8, 500)).toBe(0);
+		expect(b.open(500)).toEqual([{ webhookId: "w", probeDue: false }]);
+		expect(b.attemptLimit("w", 8, 1_020)).toBe(1);
+		expect(b.open(1_020)).toEqual([{ webhookId: "w", probeDue: true }]);
+		// A failed probe: the next one a full interval later, and "opened" is said only once.
+		expect(b.record("w", false, 1_100)).toBeNull();
+		expect(b.attemptLimit("w", 8, 2_050)).toBe(0);
+		expect(b.attemptLimit("w", 8, 2_100)).toBe(1);
+		expect(b.record("w", true, 2_200)).toBe("closed");
+		expect(b.attemptLimit("w", 8, 2_200)).toBe(8);
+		expect(b.open(2_200)).toEqual([]);
+	});
+
+	it("closes quietly for an endpoint that failed fewer times than it takes to open, and forgets on demand", () => {
+		const b = breakers();
+		b.record("w", false, 0);
+		expect(b.record("w", true, 1)).toBeNull();
+		for (let i = 0; i < 3; i++) b.record("x", false, i);
+		b.forget("x");
+		expect(b.isOpen("x")).toBe(false);
+		expect(b.attemptLimit("x", 8, 3)).toBe(8);
+		// Endpoints are independent.
+		for (let i = 0; i < 3; i++) b.record("y", false, i);
+		expect(b.isOpen("y")).toBe(true);
+		expect(b.attemptLimit("z", 8, 3)).toBe(8);
+	});
+});
+
+describe.each(testDatabases())("an endpoint that fails everything, on %s", database => {
+	let env: DeliveryStack;
+	const EVENTS = 40;
+
+	beforeAll(async () => {
+		// Retries due 100 ms after each failure: without the breaker, the dead endpoint would be
+		// attempted back to back for as long as the test runs.
+		const schedule = Array.from({ length: 60 }, (_, i) => `${(i + 1) * 100}ms`).join(",");
+		env = await startDeliveryStack(database, { env: { DELIVERY_RETRY_SCHEDULE: schedule } });
+	});
+	afterAll(() => env?.stop());
+
+	it("gets one probe a second once it has failed BREAKER.openAfter times in a row, while its neighbour is served; once a probe succeeds, everything is delivered", async () => {
+		const alice = await newCustomer(env.stack);
+		const dead = await env.createWebhook(alice.token);
+		const healthy = await env.createWebhook(alice.token);
+		env.script(dead, [], { status: 500 });
+		const events = Array.from({ length: EVENTS }, () => orderEvent(alice));
+		for (const event of events) await env.stack.app.broker.call("dispatcher.publish", event);
+
+		await waitUntil(() => env.received(healthy).length, count => count >= EVENTS, "the healthy webhook's deliveries");
+		await waitUntil(() => env.received(dead).length, count => count >= BREAKER.openAfter, "the dead endpoint to fail enough to open");
+		// Attempts already in flight when the breaker opened (up to the webhook's concurrency, all
+		// started before the first failure came back) land within moments; from then on, at most
+		// one probe per interval. Without the breaker: a due retry every 100 ms for each of 40.
+		const openedAt = env.received(dead)[BREAKER.openAfter - 1].receivedAt.getTime();
+		await sleep(3_500);
+		const attempts = env.received(dead).length;
+		const arrivals = env.received(dead).map(request => request.receivedAt.getTime() - openedAt);
+		const probes = arrivals.filter(ms => ms >= 500);
+		console.log(JSON.stringify({ database, dead_attempts: attempts, arrivals_ms_after_opening: arrivals }));
+		expect(probes.length).toBeGreaterThanOrEqual(1);
+		expect(probes.length).toBeLessThanOrEqual(Math.ceil((Date.now() - openedAt) / BREAKER.probeEveryMs));
+		for (let i = 1; i < probes.length; i++) expect(probes[i] - probes[i - 1]).toBeGreaterThanOrEqual(BREAKER.probeEveryMs - 50);
+		// Every delivery of the dead endpoint is still pending: none lost an attempt or was given up.
+		const rows = await env.stack.db("deliveries").where({ webhook_id: dead.id });
+		expect(rows).toHaveLength(EVENTS);
+		expect(rows.every(row => row.status === "pending")).toBe(true);
+		expect(rows.reduce((sum, row) => sum + Number(row.attempt_count), 0)).toBe(attempts);
+
+		// The endpoint comes back: the next probe succeeds and the pile drains at full speed.
+		env.script(dead, [], { status: 200 });
+		const done = await waitUntil(() => env.stack.db("deliveries").where({ webhook_id: dead.id, status: "succeeded" }), found => found.length === EVENTS, "every delivery of the recovered endpoint");
+		expect(done).toHaveLength(EVENTS);
+		const delivered = new Set(env.received(dead).filter(request => request.answeredStatus === 200).map(request => verified(request, dead.secret).data.order_id));
+		expect(delivered.size).toBe(EVENTS);
+		const answeredOk = env.received(dead).filter(request => request.answeredStatus === 200).length;
+		console.log(JSON.stringify({ database, sent: EVENTS, delivered: delivered.size, lost: EVENTS - delivered.size, repeats: answeredOk - delivered.size }));
+		expect(new Set(env.received(healthy).map(request => verified(request, healthy.secret).data.order_id)).size).toBe(EVENTS);
+	});
+});
