@@ -13,7 +13,8 @@
 //    yet delivered, counted until every delivery is recorded as succeeded in the database.
 // 3. Latency, event sent → request arriving at the receiver, open loop at half the measured
 //    throughput, on a freshly started node: the first START_SECONDS, then STEADY_SECONDS of
-//    steady state. The same load through the bare relay gives the comparison.
+//    steady state. The same load through the bare relay gives the comparison. LATENCY_ROUNDS
+//    rounds, relay and dispatcher alternating, each on a fresh start; the samples are pooled.
 // Scenarios: SQLite (one node, embedded database), PostgreSQL (one node), cluster (a gateway
 // node and two dispatcher processes on PostgreSQL), and bad neighbours (SQLite: the healthy
 // webhooks with and without one endpoint answering after 100 ms and one always answering 500,
@@ -48,6 +49,10 @@ const FLOOR_REQUESTS = 20_000;
 const IN_SYSTEM = 64;
 const START_SECONDS = 3;
 const STEADY_SECONDS = Number(process.env.BENCH_STEADY_SECONDS ?? 6);
+// Latency is measured in this many rounds, relay and dispatcher taking turns, and the samples of
+// all rounds are pooled: in one round each, the p99 of the same code swung 2-5x between runs
+// (a hiccup of the shared machine lands in one measurement and not the other).
+const LATENCY_ROUNDS = Number(process.env.BENCH_LATENCY_ROUNDS ?? 3);
 const GOALS = { throughput_ratio: 0.5, throughput_ratio_stretch: 0.8, p99_vs_relay: 2, neighbours_within: 0.2 };
 const NATS_URL = process.env.BENCH_NATS_URL ?? "nats://127.0.0.1:4222";
 const DATABASE_URL = process.env.BENCH_DATABASE_URL ?? "postgres://postgres@127.0.0.1:5432/test";
@@ -309,11 +314,39 @@ interface PhaseFigures {
 	lost: number;
 }
 
+/** One round's latencies (ms) and event-loop probes, before pooling. */
+interface LatencyRound {
+	start: number[];
+	steady: number[];
+	startLoop: Probe[];
+	steadyLoop: Probe[];
+	lost: number;
+}
+
+/** Each process's probe figures, averaged over the rounds (the processes are in the same order). */
+function meanProbes(rounds: Probe[][]): Probe[] {
+	return rounds[0].map((_, node) => {
+		const mean = (field: keyof Probe) => round(rounds.reduce((sum, probes) => sum + probes[node][field], 0) / rounds.length);
+		return { delay_p50_ms: mean("delay_p50_ms"), delay_p99_ms: mean("delay_p99_ms"), delay_max_ms: mean("delay_max_ms"), cpu_cores: mean("cpu_cores") };
+	});
+}
+
+/** The rounds' samples pooled, with each round's own p99 beside them. */
+function pooled(rounds: LatencyRound[]): PhaseFigures & { rounds_p99_ms: { start: number[]; steady: number[] } } {
+	const p99Of = (values: number[]) => latencyOf(values).p99_ms;
+	return {
+		start: { ...latencyOf(rounds.flatMap(r => r.start)), event_loop: meanProbes(rounds.map(r => r.startLoop)) },
+		steady: { ...latencyOf(rounds.flatMap(r => r.steady)), event_loop: meanProbes(rounds.map(r => r.steadyLoop)) },
+		lost: rounds.reduce((sum, r) => sum + r.lost, 0),
+		rounds_p99_ms: { start: rounds.map(r => p99Of(r.start)), steady: rounds.map(r => p99Of(r.steady)) },
+	};
+}
+
 /**
  * Open loop: `eventsPerSecond` events, each carrying sent_at, for START_SECONDS + STEADY_SECONDS,
  * starting now. Splits the latencies at START_SECONDS, and probes the nodes' event loops there.
  */
-async function latency(send: (event: object) => Promise<void>, nodes: Array<ChildServer<unknown>>, receivers: Receivers, eventsPerSecond: number, healthy: number): Promise<PhaseFigures> {
+async function latency(send: (event: object) => Promise<void>, nodes: Array<ChildServer<unknown>>, receivers: Receivers, eventsPerSecond: number, healthy: number): Promise<LatencyRound> {
 	await receivers.samples(); // drops whatever arrived before
 	await probeAll(nodes); // resets the event-loop histograms
 	const baseOk = receivers.ok;
@@ -336,14 +369,16 @@ async function latency(send: (event: object) => Promise<void>, nodes: Array<Chil
 	const samples = await receivers.samples();
 	const cut = started + START_SECONDS * 1000;
 	return {
-		start: { ...latencyOf(samples.filter(([sentAt]) => sentAt < cut).map(([, ms]) => ms)), event_loop: startLoop },
-		steady: { ...latencyOf(samples.filter(([sentAt]) => sentAt >= cut).map(([, ms]) => ms)), event_loop: steadyLoop },
+		start: samples.filter(([sentAt]) => sentAt < cut).map(([, ms]) => ms),
+		steady: samples.filter(([sentAt]) => sentAt >= cut).map(([, ms]) => ms),
+		startLoop,
+		steadyLoop,
 		lost: Math.max(0, expected - receivers.ok) + failed * healthy,
 	};
 }
 
 /** The bare relay, started now, under the same open-loop load. */
-async function relayLatency(targets: Array<{ url: string }>, ca: string, receivers: Receivers, eventsPerSecond: number): Promise<PhaseFigures> {
+async function relayLatency(targets: Array<{ url: string }>, ca: string, receivers: Receivers, eventsPerSecond: number): Promise<LatencyRound> {
 	deployments += 1;
 	const namespace = `${runId}r${deployments}`;
 	// The producer first, as in deploy(): "after start" is about the relay, not the producer.
@@ -391,14 +426,19 @@ async function engineScenario(options: EngineOptions, healthyUrls: string[], caF
 		await deployment.stop();
 	}
 	const eventsPerSecond = rate / 2 / HEALTHY;
-	const relay = await relayLatency(healthyUrls.map(url => ({ url })), ca, receivers, eventsPerSecond);
-	deployment = await deploy({ ...options, healthyUrls, caFile });
-	let dispatcher: PhaseFigures;
-	try {
-		dispatcher = await latency(deployment.send, deployment.dispatchers, receivers, eventsPerSecond, HEALTHY);
-	} finally {
-		await deployment.stop();
+	const relayRounds: LatencyRound[] = [];
+	const dispatcherRounds: LatencyRound[] = [];
+	for (let turn = 0; turn < LATENCY_ROUNDS; turn++) {
+		relayRounds.push(await relayLatency(healthyUrls.map(url => ({ url })), ca, receivers, eventsPerSecond));
+		deployment = await deploy({ ...options, healthyUrls, caFile });
+		try {
+			dispatcherRounds.push(await latency(deployment.send, deployment.dispatchers, receivers, eventsPerSecond, HEALTHY));
+		} finally {
+			await deployment.stop();
+		}
 	}
+	const relay = pooled(relayRounds);
+	const dispatcher = pooled(dispatcherRounds);
 	return {
 		dispatchers: deployment.dispatchers.length,
 		deliveries_per_s: round(rate),
@@ -408,6 +448,7 @@ async function engineScenario(options: EngineOptions, healthyUrls: string[], caF
 		event_loop_during_throughput: loop,
 		latency: {
 			offered_deliveries_per_s: round(eventsPerSecond * HEALTHY),
+			rounds: LATENCY_ROUNDS,
 			relay,
 			dispatcher,
 			p99_vs_relay_steady: ratioOf(dispatcher.steady.p99_ms, relay.steady.p99_ms),
@@ -428,8 +469,11 @@ async function neighboursScenario(healthyUrls: string[], neighbourUrls: string[]
 			const failBefore = receivers.fail;
 			const rate = await throughput(deployment, receivers, EVENTS);
 			const perSecond = eventsPerSecond ?? rate / 2 / healthyUrls.length;
-			const { steady, lost } = await latency(deployment.send, deployment.dispatchers, receivers, perSecond, healthyUrls.length);
-			return { healthy_deliveries_per_s: round(rate), steady, lost, neighbour_answers_during_throughput: { slow: receivers.slow - slowBefore, failing: receivers.fail - failBefore }, perSecond };
+			// Steady state only, so the rounds can share the deployment.
+			const rounds: LatencyRound[] = [];
+			for (let turn = 0; turn < LATENCY_ROUNDS; turn++) rounds.push(await latency(deployment.send, deployment.dispatchers, receivers, perSecond, healthyUrls.length));
+			const { steady, lost, rounds_p99_ms } = pooled(rounds);
+			return { healthy_deliveries_per_s: round(rate), steady, steady_rounds_p99_ms: rounds_p99_ms.steady, lost, neighbour_answers_during_throughput: { slow: receivers.slow - slowBefore, failing: receivers.fail - failBefore }, perSecond };
 		} finally {
 			await deployment.stop();
 		}
