@@ -50,12 +50,13 @@ describe("EndpointBreakers", () => {
 describe.each(testDatabases())("an endpoint that fails everything, on %s", database => {
 	let env: DeliveryStack;
 	const EVENTS = 40;
+	const WEBHOOK_CONCURRENCY = 8;
 
 	beforeAll(async () => {
 		// Retries due 100 ms after each failure: without the breaker, the dead endpoint would be
 		// attempted back to back for as long as the test runs.
 		const schedule = Array.from({ length: 60 }, (_, i) => `${(i + 1) * 100}ms`).join(",");
-		env = await startDeliveryStack(database, { env: { DELIVERY_RETRY_SCHEDULE: schedule } });
+		env = await startDeliveryStack(database, { env: { DELIVERY_RETRY_SCHEDULE: schedule, DELIVERY_WEBHOOK_CONCURRENCY: String(WEBHOOK_CONCURRENCY) } });
 	});
 	afterAll(() => env?.stop());
 
@@ -69,18 +70,20 @@ describe.each(testDatabases())("an endpoint that fails everything, on %s", datab
 
 		await waitUntil(() => env.received(healthy).length, count => count >= EVENTS, "the healthy webhook's deliveries");
 		await waitUntil(() => env.received(dead).length, count => count >= BREAKER.openAfter, "the dead endpoint to fail enough to open");
-		// Attempts already in flight when the breaker opened (up to the webhook's concurrency, all
-		// started before the first failure came back) land within moments; from then on, at most
-		// one probe per interval. Without the breaker: a due retry every 100 ms for each of 40.
-		const openedAt = env.received(dead)[BREAKER.openAfter - 1].receivedAt.getTime();
+		// The attempts already in flight when the breaker opened (at most the webhook's concurrency,
+		// all started before the first failure came back) arrive together; then the probes, each at
+		// least an interval after the one before. Without the breaker: a due retry every 100 ms for
+		// each of 40 deliveries.
 		await sleep(3_500);
-		const attempts = env.received(dead).length;
-		const arrivals = env.received(dead).map(request => request.receivedAt.getTime() - openedAt);
-		const probes = arrivals.filter(ms => ms >= 500);
-		console.log(JSON.stringify({ database, dead_attempts: attempts, arrivals_ms_after_opening: arrivals }));
-		expect(probes.length).toBeGreaterThanOrEqual(1);
-		expect(probes.length).toBeLessThanOrEqual(Math.ceil((Date.now() - openedAt) / BREAKER.probeEveryMs));
+		const arrivals = env.received(dead).map(request => request.receivedAt.getTime());
+		const attempts = arrivals.length;
+		const firstProbe = arrivals.findIndex((at, i) => i > 0 && at - arrivals[i - 1] >= 900);
+		console.log(JSON.stringify({ database, dead_attempts: attempts, arrivals_ms: arrivals.map(at => at - arrivals[0]) }));
+		expect(firstProbe).toBeGreaterThanOrEqual(BREAKER.openAfter);
+		expect(firstProbe).toBeLessThanOrEqual(WEBHOOK_CONCURRENCY);
+		const probes = arrivals.slice(firstProbe);
 		for (let i = 1; i < probes.length; i++) expect(probes[i] - probes[i - 1]).toBeGreaterThanOrEqual(BREAKER.probeEveryMs - 50);
+		expect(probes.length).toBeLessThanOrEqual(Math.ceil((Date.now() - arrivals[firstProbe - 1]) / BREAKER.probeEveryMs));
 		// Every delivery of the dead endpoint is still pending: none lost an attempt or was given up.
 		const rows = await env.stack.db("deliveries").where({ webhook_id: dead.id });
 		expect(rows).toHaveLength(EVENTS);
