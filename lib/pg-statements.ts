@@ -18,6 +18,26 @@ export interface PreparedStatement {
 	text: string;
 }
 
+// PostgreSQL plans a prepared statement's first five executions for their values, then caches a
+// generic plan made for the table as it is at that moment, until an ANALYZE invalidates it. On a
+// new database the tables are empty then: the result write's generic plan joined `deliveries` by
+// a sequential scan, which costs more with every row, until autovacuum's first ANALYZE (up to a
+// minute or more later). In the delivery benchmark's fresh schemas that was PostgreSQL's whole
+// tail. So each connection prepares a statement again, under a new name, after 64, 512, 4096
+// and 32768 executions: the plan follows a table that grows from empty, and then stays.
+const REPLAN_AFTER_EXECUTIONS = [64, 512, 4_096, 32_768];
+const executions = new WeakMap<PgConnection, Map<string, number>>();
+
+/** The name to run a statement under on this connection: a new one at each replanning threshold. */
+export function preparedNameFor(connection: PgConnection, statement: PreparedStatement): string {
+	let counts = executions.get(connection);
+	if (!counts) executions.set(connection, (counts = new Map()));
+	const count = (counts.get(statement.name) ?? 0) + 1;
+	counts.set(statement.name, count);
+	const generation = REPLAN_AFTER_EXECUTIONS.filter(threshold => count > threshold).length;
+	return generation === 0 ? statement.name : `${statement.name}_${generation}`;
+}
+
 /**
  * Runs a prepared statement on a connection taken from knex's pool (so the pool's size, its
  * acquire timeout and its handling of broken connections still apply) and gives it back after.
@@ -25,7 +45,7 @@ export interface PreparedStatement {
 export async function runPrepared<Row>(db: Knex, statement: PreparedStatement, values: unknown[]): Promise<Row[]> {
 	const connection = (await db.client.acquireConnection()) as PgConnection;
 	try {
-		return (await connection.query<Row>({ name: statement.name, text: statement.text, values })).rows;
+		return (await connection.query<Row>({ name: preparedNameFor(connection, statement), text: statement.text, values })).rows;
 	} finally {
 		await db.client.releaseConnection(connection);
 	}
