@@ -40,7 +40,7 @@ export class EndpointBreakers {
 		if (success) {
 			if (!endpoint) return null;
 			this.failing.delete(webhookId);
-			return endpoint.failures >= this.options.openAfter ? "closed" : null;
+			return this.isOpenEntry(endpoint) ? "closed" : null;
 		}
 		const failures = (endpoint?.failures ?? 0) + 1;
 		this.failing.set(webhookId, { failures, probeAt: now + this.options.probeEveryMs });
@@ -51,20 +51,21 @@ export class EndpointBreakers {
 	attemptLimit(webhookId: string, normal: number, now: number): number {
 		const endpoint = this.failing.get(webhookId);
 		if (!endpoint) return normal;
-		if (endpoint.failures < this.options.openAfter) return 1;
+		if (!this.isOpenEntry(endpoint)) return 1;
 		return endpoint.probeAt <= now ? 1 : 0;
 	}
 
 	/** Open: its deliveries are not leased, except for a probe once one is due. */
 	isOpen(webhookId: string): boolean {
-		return (this.failing.get(webhookId)?.failures ?? 0) >= this.options.openAfter;
+		const endpoint = this.failing.get(webhookId);
+		return endpoint !== undefined && this.isOpenEntry(endpoint);
 	}
 
 	/** The open breakers, each with whether a probe may start now. */
 	open(now: number): Array<{ webhookId: string; probeDue: boolean }> {
 		const open: Array<{ webhookId: string; probeDue: boolean }> = [];
 		for (const [webhookId, endpoint] of this.failing) {
-			if (endpoint.failures >= this.options.openAfter) open.push({ webhookId, probeDue: endpoint.probeAt <= now });
+			if (this.isOpenEntry(endpoint)) open.push({ webhookId, probeDue: endpoint.probeAt <= now });
 		}
 		return open;
 	}
@@ -72,5 +73,9 @@ export class EndpointBreakers {
 	/** The webhook was removed, re-enabled or changed its URL: start from nothing. */
 	forget(webhookId: string): void {
 		this.failing.delete(webhookId);
+	}
+
+	private isOpenEntry(endpoint: FailingEndpoint): boolean {
+		return endpoint.failures >= this.options.openAfter;
 	}
 }
