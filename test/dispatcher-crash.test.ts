@@ -2,6 +2,11 @@
 // restart its expired leases are claimed again and every delivery reaches the receiver at least
 // once. Duplicates can only come from deliveries the dead process held a lease on (an attempt in
 // flight, or made but not yet recorded), so there are at most as many as such leases.
+//
+// PostgreSQL itself crashing under a running dispatcher (an immediate shutdown: no checkpoint,
+// crash recovery at the next start) loses no delivery either. Attempts go on while it is down;
+// their results are written once it is back, or, past their lease, the deliveries are due again
+// and sent a second time. So a repeat can only be a delivery first sent before it came back.
 import { spawn, type ChildProcessWithoutNullStreams } from "node:child_process";
 import crypto from "node:crypto";
 import fs from "node:fs";
@@ -11,7 +16,8 @@ import readline from "node:readline";
 import knex, { type Knex } from "knex";
 import { testDatabases, TEST_DATABASE_URL } from "./helpers/services";
 import { startHttpsReceiver, verifyDelivery, type HttpsReceiver } from "./helpers/https-receiver";
-import { waitUntil } from "./helpers/delivery-stack";
+import { sleep, waitUntil } from "./helpers/delivery-stack";
+import { postgresBinDir, startPostgresServer, type PostgresServer } from "./helpers/postgres-server";
 
 const EVENTS = 600;
 const CONCURRENCY = 16;
@@ -43,6 +49,20 @@ function startChild(env: Record<string, string>): Child {
 	return { process: child, messages, exited };
 }
 
+// Durations short enough for a test: a lost result write is retried 6 s after its attempt.
+const CRASH_TEST_ENV = {
+	NODE_ENV: "test",
+	SERVICES: "topics,webhooks,users,dispatcher",
+	LOG_LEVEL: "error",
+	WEBHOOK_ALLOW_NETS: "127.0.0.0/8",
+	DELIVERY_RETRY_SCHEDULE: "1s,2s,3s,4s,5s",
+	DELIVERY_POLL_INTERVAL: "100ms",
+	DELIVERY_TIMEOUT: "2s",
+	DELIVERY_LEASE: "6s",
+	DELIVERY_CONCURRENCY: String(CONCURRENCY),
+	DELIVERY_WEBHOOK_CONCURRENCY: String(CONCURRENCY),
+};
+
 describe.each(testDatabases())("dispatcher crash on %s", database => {
 	let receiver: HttpsReceiver;
 	let dataDir: string;
@@ -66,18 +86,9 @@ describe.each(testDatabases())("dispatcher crash on %s", database => {
 
 	it("delivers every event at least once after a SIGKILL mid-run and a restart", async () => {
 		const env: Record<string, string> = {
-			NODE_ENV: "test",
+			...CRASH_TEST_ENV,
 			DATA_DIR: dataDir,
-			SERVICES: "topics,webhooks,users,dispatcher",
-			LOG_LEVEL: "error",
-			WEBHOOK_ALLOW_NETS: "127.0.0.0/8",
 			WEBHOOK_CA_FILE: receiver.writeCaFile(),
-			DELIVERY_RETRY_SCHEDULE: "1s,2s,3s,4s,5s",
-			DELIVERY_POLL_INTERVAL: "100ms",
-			DELIVERY_TIMEOUT: "2s",
-			DELIVERY_LEASE: "6s",
-			DELIVERY_CONCURRENCY: String(CONCURRENCY),
-			DELIVERY_WEBHOOK_CONCURRENCY: String(CONCURRENCY),
 			...(schema ? { DATABASE_URL: TEST_DATABASE_URL, DATABASE_SCHEMA: schema } : {}),
 		};
 
@@ -119,5 +130,72 @@ describe.each(testDatabases())("dispatcher crash on %s", database => {
 
 		second.process.kill("SIGTERM");
 		expect(await second.exited).toBe(0);
+	});
+});
+
+// The server programs are all this needs (it runs a PostgreSQL of its own); CI has them.
+const describeWithPostgresPrograms = postgresBinDir() || process.env.CI === "true" ? describe : describe.skip;
+
+describeWithPostgresPrograms("PostgreSQL crash under a running dispatcher", () => {
+	let postgres: PostgresServer;
+	let receiver: HttpsReceiver;
+	let dataDir: string;
+	let db: Knex | undefined;
+	let child: Child | undefined;
+
+	beforeAll(async () => {
+		postgres = await startPostgresServer();
+		receiver = await startHttpsReceiver({ respond: async () => ({ status: 200, delayMs: 20 }) });
+		dataDir = fs.mkdtempSync(path.join(os.tmpdir(), "swh-pgcrash-"));
+	});
+	afterAll(async () => {
+		if (child && child.process.exitCode === null && child.process.signalCode === null) child.process.kill("SIGKILL");
+		await child?.exited;
+		await db?.destroy();
+		await postgres?.close();
+		await receiver?.close();
+		fs.rmSync(dataDir, { recursive: true, force: true });
+	});
+
+	it("delivers every event after an immediate shutdown of PostgreSQL mid-run and its crash recovery", async () => {
+		const env = { ...CRASH_TEST_ENV, DATA_DIR: dataDir, WEBHOOK_CA_FILE: receiver.writeCaFile(), DATABASE_URL: postgres.url };
+		child = startChild({ ...env, CHILD_WEBHOOK_URL: `${receiver.url}/pg-crash`, CHILD_PUBLISH: String(EVENTS) });
+		const webhookMessage = await waitUntil(() => child!.messages.find(message => message.webhook), Boolean, "the child to create the webhook", 60_000);
+		const secret: string = webhookMessage!.webhook.secret;
+		// Every event is acknowledged only once its delivery is committed (synchronously).
+		await waitUntil(() => child!.messages.some(message => message.published), Boolean, "the child to publish every event", 60_000);
+		await waitUntil(() => receiver.requests.length, count => count >= EVENTS / 4, "some deliveries to arrive", 60_000);
+
+		await postgres.crash();
+		const receivedAtCrash = receiver.requests.length;
+		await sleep(1_000);
+		await postgres.start();
+		const restartedAt = Date.now();
+
+		const deliveryIds = () => new Set(receiver.requests.map(request => String(request.headers["webhook-id"])));
+		await waitUntil(() => deliveryIds().size, count => count === EVENTS, "every delivery to reach the receiver", 120_000);
+		db = knex({ client: "pg", connection: postgres.url, pool: { min: 0, max: 2 } });
+		const succeeded = () => db!("deliveries").where({ status: "succeeded" }).count({ count: "*" });
+		await waitUntil(succeeded, ([{ count }]) => Number(count) === EVENTS, "every delivery to be recorded as succeeded", 60_000);
+		expect(Number((await db("deliveries").count({ count: "*" }))[0].count)).toBe(EVENTS);
+
+		for (const request of receiver.requests) verifyDelivery(request, secret);
+		const firstSentAt = new Map<string, number>();
+		const repeated = new Set<string>();
+		for (const request of receiver.requests) {
+			const id = String(request.headers["webhook-id"]);
+			if (firstSentAt.has(id)) repeated.add(id);
+			else firstSentAt.set(id, request.receivedAt.getTime());
+		}
+		const repeats = receiver.requests.length - EVENTS;
+		console.info(
+			`PostgreSQL crash test: ${receivedAtCrash} requests before the immediate shutdown, ${receiver.requests.length} requests in all for ` +
+				`${EVENTS} deliveries: 0 lost, ${repeats} repeat(s) of ${repeated.size} deliveries`,
+		);
+		// A repeat is an attempt whose result the crash took or could not write in time: first sent before PostgreSQL was back.
+		for (const id of repeated) expect(firstSentAt.get(id)!).toBeLessThanOrEqual(restartedAt);
+
+		child.process.kill("SIGTERM");
+		expect(await child.exited).toBe(0);
 	});
 });
