@@ -10,7 +10,8 @@
 //    the bytes sent), CONCURRENCY at a time spread over the healthy endpoints, no broker, no
 //    database. Measured before and after everything else; the mean is the floor.
 // 2. Throughput: EVENTS events × HEALTHY webhooks of one customer, at most IN_SYSTEM events not
-//    yet delivered, counted until every delivery is recorded as succeeded in the database.
+//    yet delivered, counted until every delivery is recorded as succeeded in the database. The
+//    bare relay runs the same loop once per run, as a reference beside the floor.
 // 3. Latency, event sent → request arriving at the receiver, open loop at half the measured
 //    throughput, on a freshly started node: the first START_SECONDS, then STEADY_SECONDS of
 //    steady state. The same load through the bare relay gives the comparison. LATENCY_ROUNDS
@@ -21,7 +22,8 @@
 // whose retries are due all the time).
 //
 // BENCH_SCENARIOS=sqlite,postgresql,cluster,neighbours picks scenarios; BENCH_PROFILE_DIR=<dir>
-// runs the service nodes with --cpu-prof into that folder. BENCH_DATABASE_URL is the PostgreSQL
+// runs the service nodes with --cpu-prof into that folder; BENCH_SAMPLES_FILE=<file> appends each
+// latency round's samples ([sent at, ms], monotonic clock) as a JSON line. BENCH_DATABASE_URL is the PostgreSQL
 // server (default postgres://postgres@127.0.0.1:5432/test), BENCH_NATS_URL the NATS server.
 import crypto from "node:crypto";
 import fs from "node:fs";
@@ -58,6 +60,10 @@ const NATS_URL = process.env.BENCH_NATS_URL ?? "nats://127.0.0.1:4222";
 const DATABASE_URL = process.env.BENCH_DATABASE_URL ?? "postgres://postgres@127.0.0.1:5432/test";
 const SCENARIOS = (process.env.BENCH_SCENARIOS ?? "sqlite,postgresql,cluster,neighbours").split(",");
 const PROFILE_DIR = process.env.BENCH_PROFILE_DIR;
+const SAMPLES_FILE = process.env.BENCH_SAMPLES_FILE;
+// The latency load in deliveries per second, instead of half the measured throughput: an A/B of
+// two versions then offers both the same load.
+const OFFERED = process.env.BENCH_OFFERED ? Number(process.env.BENCH_OFFERED) : undefined;
 const CUSTOMER = "bench";
 const TOPIC = "tasking:order_status";
 // The failing neighbour is retried every 250 ms for a minute: retries are due all the time.
@@ -273,27 +279,34 @@ async function succeededOf(deployment: Deployment): Promise<number> {
 }
 
 /**
- * Sends `events` with at most IN_SYSTEM of them not yet delivered, and waits until all their
- * healthy deliveries are recorded as succeeded. Returns healthy deliveries per second.
+ * Sends `events` with at most IN_SYSTEM of them not yet delivered, and waits until the receivers
+ * have answered every one of their `healthy` deliveries and `persisted` (when given) has seen
+ * them recorded. Returns healthy deliveries per second.
  */
-async function throughput(deployment: Deployment, receivers: Receivers, events: number): Promise<number> {
-	const healthy = deployment.healthyIds.length;
+async function closedLoopRate(send: (event: object) => Promise<void>, receivers: Receivers, events: number, healthy: number, persisted?: (expected: number) => Promise<void>): Promise<number> {
 	const baseOk = receivers.ok;
-	const baseSucceeded = await succeededOf(deployment);
 	const started = monotonicMs();
 	let next = 0;
 	const publisher = async () => {
 		while (next < events) {
 			const i = next++;
 			await receivers.waitForOk(baseOk + (i - IN_SYSTEM + 1) * healthy);
-			await deployment.send(orderEvent());
+			await send(orderEvent());
 		}
 	};
 	await Promise.all(Array.from({ length: Math.min(IN_SYSTEM, events) }, publisher));
 	const expected = events * healthy;
 	await receivers.waitForOk(baseOk + expected);
-	while ((await succeededOf(deployment)) < baseSucceeded + expected) await sleep(5);
+	await persisted?.(expected);
 	return expected / ((monotonicMs() - started) / 1000);
+}
+
+/** The dispatcher's throughput: a delivery counts once it is recorded as succeeded. */
+async function throughput(deployment: Deployment, receivers: Receivers, events: number): Promise<number> {
+	const baseSucceeded = await succeededOf(deployment);
+	return closedLoopRate(deployment.send, receivers, events, deployment.healthyIds.length, async expected => {
+		while ((await succeededOf(deployment)) < baseSucceeded + expected) await sleep(5);
+	});
 }
 
 interface LatencyFigures {
@@ -368,6 +381,8 @@ async function latency(send: (event: object) => Promise<void>, nodes: Array<Chil
 	const steadyLoop = await probeAll(nodes);
 	const samples = await receivers.samples();
 	const cut = started + START_SECONDS * 1000;
+	// One line per round, relay and dispatcher in turn: when the slow samples came, to line them up with a node's own log.
+	if (SAMPLES_FILE) fs.appendFileSync(SAMPLES_FILE, `${JSON.stringify({ started, cut, wall_minus_monotonic_ms: Date.now() - monotonicMs(), samples })}\n`);
 	return {
 		start: samples.filter(([sentAt]) => sentAt < cut).map(([, ms]) => ms),
 		steady: samples.filter(([sentAt]) => sentAt >= cut).map(([, ms]) => ms),
@@ -377,8 +392,8 @@ async function latency(send: (event: object) => Promise<void>, nodes: Array<Chil
 	};
 }
 
-/** The bare relay, started now, under the same open-loop load. */
-async function relayLatency(targets: Array<{ url: string }>, ca: string, receivers: Receivers, eventsPerSecond: number): Promise<LatencyRound> {
+/** Runs `work` against a bare relay started now, fed through a channel of its own. */
+async function withRelay<T>(targets: Array<{ url: string }>, ca: string, work: (send: (event: object) => Promise<void>, relay: ChildServer<unknown>) => Promise<T>): Promise<T> {
 	deployments += 1;
 	const namespace = `${runId}r${deployments}`;
 	// The producer first, as in deploy(): "after start" is about the relay, not the producer.
@@ -392,11 +407,28 @@ async function relayLatency(targets: Array<{ url: string }>, ca: string, receive
 			RELAY_CA: ca,
 			RELAY_TARGETS: JSON.stringify(targets.map(target => ({ url: target.url, secret: generateWebhookSecret() }))),
 		});
-		return await latency(sendVia(producer), [relay], receivers, eventsPerSecond, targets.length);
+		return await work(sendVia(producer), relay);
 	} finally {
 		await relay?.stop();
 		await producer.stop();
 	}
+}
+
+/** The bare relay, started now, under the same open-loop load. */
+function relayLatency(targets: Array<{ url: string }>, ca: string, receivers: Receivers, eventsPerSecond: number): Promise<LatencyRound> {
+	return withRelay(targets, ca, (send, relay) => latency(send, [relay], receivers, eventsPerSecond, targets.length));
+}
+
+/**
+ * The bare relay under the throughput loop: what a sender fed through the broker reaches on this
+ * machine with no database at all. Its CPU per delivery (the channel, the event's JSON) is part
+ * of any dispatcher's too, so on a machine whose cores are all busy it bounds the ratio.
+ */
+function relayThroughput(targets: Array<{ url: string }>, ca: string, receivers: Receivers): Promise<number> {
+	return withRelay(targets, ca, async send => {
+		await closedLoopRate(send, receivers, WARM_UP_EVENTS, targets.length);
+		return closedLoopRate(send, receivers, EVENTS, targets.length);
+	});
 }
 
 function ratioOf(value: number, reference: number): number {
@@ -425,7 +457,7 @@ async function engineScenario(options: EngineOptions, healthyUrls: string[], caF
 	} finally {
 		await deployment.stop();
 	}
-	const eventsPerSecond = rate / 2 / HEALTHY;
+	const eventsPerSecond = (OFFERED ?? rate / 2) / HEALTHY;
 	const relayRounds: LatencyRound[] = [];
 	const dispatcherRounds: LatencyRound[] = [];
 	for (let turn = 0; turn < LATENCY_ROUNDS; turn++) {
@@ -444,6 +476,8 @@ async function engineScenario(options: EngineOptions, healthyUrls: string[], caF
 		deliveries_per_s: round(rate),
 		/** Set once the floor has been measured again at the end. */
 		throughput_ratio: NaN,
+		/** The same throughput ÷ the bare relay's (relay_throughput). */
+		throughput_vs_relay: NaN,
 		// One entry per process: the service's nodes (gateway first in the cluster), then the receivers.
 		event_loop_during_throughput: loop,
 		latency: {
@@ -516,7 +550,9 @@ export async function run(): Promise<object> {
 	const results: Record<string, unknown> = {};
 	try {
 		const floorBeforeRun = await floor(floorTargets, cert, receivers);
-		const pending: Array<{ name: string; figures: { throughput_ratio: number; deliveries_per_s: number } }> = [];
+		process.stderr.write("bench delivery: relay throughput\n");
+		const relayRate = await relayThroughput(healthyUrls.map(url => ({ url })), cert, receivers);
+		const pending: Array<{ name: string; figures: { throughput_ratio: number; throughput_vs_relay: number; deliveries_per_s: number } }> = [];
 		for (const scenario of SCENARIOS) {
 			process.stderr.write(`bench delivery: ${scenario}\n`);
 			if (scenario === "sqlite" || scenario === "postgresql") {
@@ -536,7 +572,10 @@ export async function run(): Promise<object> {
 		const floorAfterRun = await floor(floorTargets, cert, receivers);
 		// The ratios use the mean of the floor before and after: the machine's other load drifts.
 		const floorRate = (floorBeforeRun.rate + floorAfterRun.rate) / 2;
-		for (const { figures } of pending) figures.throughput_ratio = ratioOf(figures.deliveries_per_s, floorRate);
+		for (const { figures } of pending) {
+			figures.throughput_ratio = ratioOf(figures.deliveries_per_s, floorRate);
+			figures.throughput_vs_relay = ratioOf(figures.deliveries_per_s, relayRate);
+		}
 		return {
 			machine: { cpus: os.cpus().length, model: os.cpus()[0]?.model, node: process.version, loadavg_before: loadBefore.map(v => round(v)), loadavg_after: os.loadavg().map(v => round(v)) },
 			concurrency: CONCURRENCY,
@@ -550,6 +589,8 @@ export async function run(): Promise<object> {
 				cores_before: { client: floorBeforeRun.client_cores, receivers: floorBeforeRun.receiver_cores },
 				cores_after: { client: floorAfterRun.client_cores, receivers: floorAfterRun.receiver_cores },
 			},
+			// The same throughput loop through the bare relay (no database): a reference, not the floor.
+			relay_throughput: { deliveries_per_s: round(relayRate), ratio_to_floor: ratioOf(relayRate, floorRate) },
 			...results,
 		};
 	} finally {
