@@ -25,14 +25,9 @@ export const LEASE_BUFFER_FACTOR = 4;
 // row was just written and its body is in hand, while leaving it to a claim costs a claim query,
 // a body read and a second write. Under the benchmark's load, with 4 here as for claims, most
 // rows went the claim way and knex's claim and body queries took 12-19 % of the event loop.
-// And a row intake leaves to a claim is overtaken by every later one intake leases meanwhile:
-// with 16 here, a cold start at half the throughput filled a webhook's 128 intake leases for a
-// few hundred milliseconds, and the 1-2 % left to claims arrived 0.6-1.1 s late, behind newer
-// deliveries (PostgreSQL, first 3 s at 4,500 deliveries/s, six rounds: p99 214-986 ms, four
-// rounds with such stragglers; with 64, p99 235-365 ms and no maximum 10 ms above its p99).
 // Still bounded: a webhook holds at most DELIVERY_WEBHOOK_CONCURRENCY x this many, and a queued
 // delivery whose lease could run out before its attempt ends is given back unattempted.
-export const INTAKE_LEASE_FACTOR = 64;
+export const INTAKE_LEASE_FACTOR = 16;
 // Webhook URLs and secrets, and each customer's subscribed webhooks, are cached this long;
 // webhooks.* events drop entries sooner. Short, because a broadcast can be missed (a node
 // joining or reconnecting, clears aside), and because the previous secret stops signing when its
