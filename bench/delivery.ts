@@ -23,8 +23,9 @@
 //
 // BENCH_SCENARIOS=sqlite,postgresql,cluster,neighbours picks scenarios; BENCH_PROFILE_DIR=<dir>
 // runs the service nodes with --cpu-prof into that folder; BENCH_SAMPLES_FILE=<file> appends each
-// latency round's samples ([sent at, ms], monotonic clock) as a JSON line. BENCH_DATABASE_URL is the PostgreSQL
-// server (default postgres://postgres@127.0.0.1:5432/test), BENCH_NATS_URL the NATS server.
+// latency round's samples ([sent at, ms], monotonic clock) as a JSON line; BENCH_OFFERED fixes the
+// latency load (deliveries/s). BENCH_DATABASE_URL is the PostgreSQL server (default
+// postgres://postgres@127.0.0.1:5432/test), BENCH_NATS_URL the NATS server.
 import crypto from "node:crypto";
 import fs from "node:fs";
 import os from "node:os";
@@ -502,7 +503,7 @@ async function neighboursScenario(healthyUrls: string[], neighbourUrls: string[]
 			const slowBefore = receivers.slow;
 			const failBefore = receivers.fail;
 			const rate = await throughput(deployment, receivers, EVENTS);
-			const perSecond = eventsPerSecond ?? rate / 2 / healthyUrls.length;
+			const perSecond = eventsPerSecond ?? (OFFERED ?? rate / 2) / healthyUrls.length;
 			// Steady state only, so the rounds can share the deployment.
 			const rounds: LatencyRound[] = [];
 			for (let turn = 0; turn < LATENCY_ROUNDS; turn++) rounds.push(await latency(deployment.send, deployment.dispatchers, receivers, perSecond, healthyUrls.length));
