@@ -36,6 +36,18 @@ describe("timeOrderedUuid", () => {
 		expect([...ids].sort()).toEqual(ids);
 		expect(new Set(Array.from({ length: 1000 }, () => timeOrderedUuid(0))).size).toBe(1000);
 	});
+
+	it("strictly increases within one millisecond, past the counter's end, and when the clock steps back a little", () => {
+		const sameMillisecond = Array.from({ length: 10_000 }, () => timeOrderedUuid(1_800_000_000_000));
+		const steppedBack = Array.from({ length: 10 }, (_, i) => timeOrderedUuid(1_800_000_000_000 - i * 50));
+		const ids = [...sameMillisecond, ...steppedBack];
+		for (const id of ids) expect(id).toMatch(/^[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/);
+		for (let i = 1; i < ids.length; i++) expect(ids[i] > ids[i - 1]).toBe(true);
+		// 10,000 ids take three or four milliseconds of 4,096 counts (the first count starts below 2,048).
+		const millisecondOf = (id: string) => parseInt(id.slice(0, 8) + id.slice(9, 13), 16);
+		expect(millisecondOf(ids.at(-1)!) - 1_800_000_000_000).toBeGreaterThanOrEqual(2);
+		expect(millisecondOf(ids.at(-1)!) - 1_800_000_000_000).toBeLessThanOrEqual(3);
+	});
 });
 
 describe("MicroBatcher", () => {
