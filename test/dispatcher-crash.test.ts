@@ -49,7 +49,8 @@ function startChild(env: Record<string, string>): Child {
 	return { process: child, messages, exited };
 }
 
-// Durations short enough for a test: a lost result write is retried 6 s after its attempt.
+// Durations short enough for a test: a delivery whose result was not written is due again once
+// its 6 s lease ends.
 const CRASH_TEST_ENV = {
 	NODE_ENV: "test",
 	SERVICES: "topics,webhooks,users,dispatcher",
@@ -62,6 +63,26 @@ const CRASH_TEST_ENV = {
 	DELIVERY_CONCURRENCY: String(CONCURRENCY),
 	DELIVERY_WEBHOOK_CONCURRENCY: String(CONCURRENCY),
 };
+
+/**
+ * Waits until the child has created its webhook, published (and so persisted) every event, and
+ * `arrived` deliveries reached the receiver. Returns the webhook's secret.
+ */
+async function publishedBy(child: Child, receiver: HttpsReceiver, arrived: number): Promise<string> {
+	const webhookMessage = await waitUntil(() => child.messages.find(message => message.webhook), Boolean, "the child to create the webhook", 60_000);
+	await waitUntil(() => child.messages.some(message => message.published), Boolean, "the child to publish every event", 60_000);
+	await waitUntil(() => receiver.requests.length, count => count >= arrived, "some deliveries to arrive", 60_000);
+	return webhookMessage!.webhook.secret;
+}
+
+/** Waits until every delivery reached the receiver and is recorded as succeeded, and verifies every request's signature. */
+async function waitForEveryDelivery(receiver: HttpsReceiver, db: Knex, secret: string): Promise<void> {
+	const distinctIds = () => new Set(receiver.requests.map(request => String(request.headers["webhook-id"]))).size;
+	await waitUntil(distinctIds, count => count === EVENTS, "every delivery to reach the receiver", 120_000);
+	const succeeded = () => db("deliveries").where({ status: "succeeded" }).count({ count: "*" });
+	await waitUntil(succeeded, ([{ count }]) => Number(count) === EVENTS, "every delivery to be recorded as succeeded", 60_000);
+	for (const request of receiver.requests) verifyDelivery(request, secret);
+}
 
 describe.each(testDatabases())("dispatcher crash on %s", database => {
 	let receiver: HttpsReceiver;
@@ -94,10 +115,7 @@ describe.each(testDatabases())("dispatcher crash on %s", database => {
 
 		const first = startChild({ ...env, CHILD_WEBHOOK_URL: `${receiver.url}/crash`, CHILD_PUBLISH: String(EVENTS) });
 		children.push(first);
-		const webhookMessage = await waitUntil(() => first.messages.find(message => message.webhook), Boolean, "the child to create the webhook", 60_000);
-		const secret: string = webhookMessage!.webhook.secret;
-		await waitUntil(() => first.messages.some(message => message.published), Boolean, "the child to publish every event", 60_000);
-		await waitUntil(() => receiver.requests.length, count => count >= EVENTS / 6, "some deliveries to arrive", 60_000);
+		const secret = await publishedBy(first, receiver, EVENTS / 6);
 		first.process.kill("SIGKILL");
 		await first.exited;
 		const receivedBeforeKill = receiver.requests.length;
@@ -113,12 +131,7 @@ describe.each(testDatabases())("dispatcher crash on %s", database => {
 
 		const second = startChild(env);
 		children.push(second);
-		const distinctIds = () => new Set(receiver.requests.map(request => String(request.headers["webhook-id"]))).size;
-		await waitUntil(distinctIds, count => count === EVENTS, "every delivery to reach the receiver", 120_000);
-		const succeeded = () => db("deliveries").where({ status: "succeeded" }).count({ count: "*" });
-		await waitUntil(succeeded, ([{ count }]) => Number(count) === EVENTS, "every delivery to be recorded as succeeded", 60_000);
-
-		for (const request of receiver.requests) verifyDelivery(request, secret);
+		await waitForEveryDelivery(receiver, db, secret);
 		const duplicates = receiver.requests.length - EVENTS;
 		console.info(
 			`[${database}] crash test: ${receivedBeforeKill} requests before SIGKILL, ${leasedAtKill} leases left by the dead process, ` +
@@ -160,11 +173,8 @@ describeWithPostgresPrograms("PostgreSQL crash under a running dispatcher", () =
 	it("delivers every event after an immediate shutdown of PostgreSQL mid-run and its crash recovery", async () => {
 		const env = { ...CRASH_TEST_ENV, DATA_DIR: dataDir, WEBHOOK_CA_FILE: receiver.writeCaFile(), DATABASE_URL: postgres.url };
 		child = startChild({ ...env, CHILD_WEBHOOK_URL: `${receiver.url}/pg-crash`, CHILD_PUBLISH: String(EVENTS) });
-		const webhookMessage = await waitUntil(() => child!.messages.find(message => message.webhook), Boolean, "the child to create the webhook", 60_000);
-		const secret: string = webhookMessage!.webhook.secret;
 		// Every event is acknowledged only once its delivery is committed (synchronously).
-		await waitUntil(() => child!.messages.some(message => message.published), Boolean, "the child to publish every event", 60_000);
-		await waitUntil(() => receiver.requests.length, count => count >= EVENTS / 4, "some deliveries to arrive", 60_000);
+		const secret = await publishedBy(child, receiver, EVENTS / 4);
 
 		await postgres.crash();
 		const receivedAtCrash = receiver.requests.length;
@@ -172,14 +182,10 @@ describeWithPostgresPrograms("PostgreSQL crash under a running dispatcher", () =
 		await postgres.start();
 		const restartedAt = Date.now();
 
-		const deliveryIds = () => new Set(receiver.requests.map(request => String(request.headers["webhook-id"])));
-		await waitUntil(() => deliveryIds().size, count => count === EVENTS, "every delivery to reach the receiver", 120_000);
 		db = knex({ client: "pg", connection: postgres.url, pool: { min: 0, max: 2 } });
-		const succeeded = () => db!("deliveries").where({ status: "succeeded" }).count({ count: "*" });
-		await waitUntil(succeeded, ([{ count }]) => Number(count) === EVENTS, "every delivery to be recorded as succeeded", 60_000);
+		await waitForEveryDelivery(receiver, db, secret);
 		expect(Number((await db("deliveries").count({ count: "*" }))[0].count)).toBe(EVENTS);
 
-		for (const request of receiver.requests) verifyDelivery(request, secret);
 		const firstSentAt = new Map<string, number>();
 		const repeated = new Set<string>();
 		for (const request of receiver.requests) {
