@@ -3,7 +3,7 @@
 // a probe a second instead of every due retry, its healthy neighbour is unaffected, nothing is
 // lost, and the pile drains once a probe succeeds.
 import { EndpointBreakers } from "../lib/endpoint-breaker";
-import { BREAKER } from "../mixins/dispatcher/shared";
+import { BREAKER, LEASE_BUFFER_FACTOR } from "../mixins/dispatcher/shared";
 import { testDatabases } from "./helpers/services";
 import { newCustomer, orderEvent, sleep, startDeliveryStack, verified, waitUntil, type DeliveryStack } from "./helpers/delivery-stack";
 
@@ -99,5 +99,48 @@ describe.each(testDatabases())("an endpoint that fails everything, on %s", datab
 		const answeredOk = env.received(dead).filter(request => request.answeredStatus === 200).length;
 		console.log(JSON.stringify({ database, sent: EVENTS, delivered: delivered.size, lost: EVENTS - delivered.size, repeats: answeredOk - delivered.size }));
 		expect(new Set(env.received(healthy).map(request => verified(request, healthy.secret).data.order_id)).size).toBe(EVENTS);
+	});
+});
+
+describe.each(testDatabases())("an open breaker's probes while the instance holds every lease it may, on %s", database => {
+	let env: DeliveryStack;
+
+	beforeAll(async () => {
+		// One attempt at a time: a claim finds room only while the instance holds fewer than
+		// LEASE_BUFFER_FACTOR leases (intake may take more).
+		const schedule = Array.from({ length: 60 }, (_, i) => `${(i + 1) * 100}ms`).join(",");
+		env = await startDeliveryStack(database, { env: { DELIVERY_RETRY_SCHEDULE: schedule, DELIVERY_CONCURRENCY: "1", DELIVERY_WEBHOOK_CONCURRENCY: "1" } });
+	});
+	afterAll(() => env?.stop());
+
+	it("are still claimed once a second: a recovered endpoint is not left waiting until the load passes", async () => {
+		const dispatcher = env.stack.app.broker.getLocalService("dispatcher") as unknown as { held: number };
+		const failing = await newCustomer(env.stack);
+		const busy = await newCustomer(env.stack);
+		const dead = await env.createWebhook(failing.token);
+		const slow = await env.createWebhook(busy.token);
+		env.script(dead, [], { status: 500 });
+		env.script(slow, [], { status: 200, delayMs: 150 });
+		for (let i = 0; i < BREAKER.openAfter; i++) await env.stack.app.broker.call("dispatcher.publish", orderEvent(failing));
+		await waitUntil(() => env.received(dead).length, count => count >= BREAKER.openAfter, "the dead endpoint to fail enough to open");
+
+		// The slow webhook's deliveries take every lease a claim could use (and more wait in the
+		// database) for about 9 s.
+		const SLOW_EVENTS = LEASE_BUFFER_FACTOR + 60;
+		for (let i = 0; i < SLOW_EVENTS; i++) await env.stack.app.broker.call("dispatcher.publish", orderEvent(busy));
+		expect(dispatcher.held).toBeGreaterThanOrEqual(LEASE_BUFFER_FACTOR);
+		const before = env.received(dead).length;
+		await sleep(5_000);
+		const probes = env.received(dead).length - before;
+		const slowAnswered = env.received(slow).length;
+		console.log(JSON.stringify({ database, held: dispatcher.held, slow_answered: slowAnswered, probes_in_5_s: probes }));
+		// The load has not passed: rows of the slow webhook still wait beyond what the instance holds.
+		expect(slowAnswered).toBeLessThan(SLOW_EVENTS - LEASE_BUFFER_FACTOR);
+		expect(probes).toBeGreaterThanOrEqual(2);
+
+		// A probe succeeds: the dead endpoint's deliveries go out while the slow ones still hold the instance.
+		env.script(dead, [], { status: 200 });
+		await waitUntil(() => env.stack.db("deliveries").where({ webhook_id: dead.id, status: "succeeded" }), found => found.length === BREAKER.openAfter, "every delivery of the recovered endpoint");
+		await waitUntil(() => env.stack.db("deliveries").where({ webhook_id: slow.id, status: "succeeded" }), found => found.length === SLOW_EVENTS, "every delivery of the slow webhook");
 	});
 });

@@ -235,6 +235,9 @@ export type DispatcherThis = DbServiceThis & {
 	claimDue(): Promise<void>;
 	claimUntilFull(): Promise<void>;
 	claimBatch(limit: number): Promise<ClaimedBatch>;
+	claimProbe(webhookId: string): Promise<ClaimedBatch>;
+	withBodies(rows: Array<Pick<DeliveryRow, "id" | "event_id" | "webhook_id" | "attempt_count" | "first_attempt_at" | "manual_retry">>, leaseId: string, leaseExpiresAt: number): Promise<LeasedDelivery[]>;
+	takeClaimed(batch: ClaimedBatch): ClaimedBatch;
 	claimSoon(): void;
 	schedulePoll(): void;
 	recheckParked(): Promise<void>;
