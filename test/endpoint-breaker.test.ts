@@ -102,7 +102,7 @@ describe.each(testDatabases())("an endpoint that fails everything, on %s", datab
 	});
 });
 
-describe.each(testDatabases())("an open breaker's probes while the instance holds every lease it may, on %s", database => {
+describe.each(testDatabases())("an open breaker's probes while intake's leases leave a claim no room, on %s", database => {
 	let env: DeliveryStack;
 
 	beforeAll(async () => {

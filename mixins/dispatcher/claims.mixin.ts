@@ -12,19 +12,18 @@ import { isPostgres, nowIso } from "../db.mixin";
 import { chunks, rowsOf } from "../../lib/sql-rows";
 import type { ResolvedWebhook } from "../../lib/schemas/webhooks";
 import {
+	CLAIMED_COLUMNS,
 	LEASE_BUFFER_FACTOR,
 	MAX_CLAIM_BATCH,
 	PARKED_RECHECK_POLLS,
 	isTrue,
 	type ClaimedBatch,
-	type DeliveryRow,
+	type ClaimedRow,
 	type DispatcherMixin,
 	type DispatcherThis,
 	type LeasedDelivery,
 	type MessageRow,
 } from "./shared";
-
-type ClaimedRow = Pick<DeliveryRow, "id" | "event_id" | "webhook_id" | "attempt_count" | "first_attempt_at" | "manual_retry">;
 
 // A claim looks at this many times as many due rows as it may lease, for the webhooks to take turns.
 const CLAIM_LOOK_AHEAD = 4;
@@ -128,7 +127,7 @@ export const ClaimsMixin: DispatcherMixin = {
 				)
 				UPDATE deliveries SET lease_id = ?, next_attempt_at = ?
 				WHERE id IN (SELECT id FROM chosen)
-				RETURNING id, event_id, webhook_id, attempt_count, first_attempt_at, manual_retry`,
+				RETURNING ${CLAIMED_COLUMNS}`,
 				[new Date(now).toISOString(), ...saturated, limit * CLAIM_LOOK_AHEAD, ...partly.flat(), share, limit, leaseId, new Date(leaseExpiresAt).toISOString()],
 			);
 			const rows = rowsOf<ClaimedRow>(result);
@@ -158,7 +157,7 @@ export const ClaimsMixin: DispatcherMixin = {
 					SELECT id FROM deliveries WHERE webhook_id = ? AND status = 'pending' AND next_attempt_at <= ?
 					ORDER BY next_attempt_at LIMIT 1 ${skipLocked}
 				)
-				RETURNING id, event_id, webhook_id, attempt_count, first_attempt_at, manual_retry`,
+				RETURNING ${CLAIMED_COLUMNS}`,
 				[leaseId, new Date(leaseExpiresAt).toISOString(), webhookId, new Date(now).toISOString()],
 			);
 			return { leased: await this.withBodies(rowsOf<ClaimedRow>(result), leaseId, leaseExpiresAt), filledWebhooks: [] };

@@ -120,6 +120,10 @@ export interface LeasedDelivery {
 	manualRetry: boolean;
 }
 
+/** What a claim statement returns of each row it leases (CLAIMED_COLUMNS). */
+export type ClaimedRow = Pick<DeliveryRow, "id" | "event_id" | "webhook_id" | "attempt_count" | "first_attempt_at" | "manual_retry">;
+export const CLAIMED_COLUMNS = "id, event_id, webhook_id, attempt_count, first_attempt_at, manual_retry";
+
 /** What one claim leased, and the webhooks it left at their share of leases (more of their rows may be due). */
 export interface ClaimedBatch {
 	leased: LeasedDelivery[];
@@ -236,7 +240,7 @@ export type DispatcherThis = DbServiceThis & {
 	claimUntilFull(): Promise<void>;
 	claimBatch(limit: number): Promise<ClaimedBatch>;
 	claimProbe(webhookId: string): Promise<ClaimedBatch>;
-	withBodies(rows: Array<Pick<DeliveryRow, "id" | "event_id" | "webhook_id" | "attempt_count" | "first_attempt_at" | "manual_retry">>, leaseId: string, leaseExpiresAt: number): Promise<LeasedDelivery[]>;
+	withBodies(rows: ClaimedRow[], leaseId: string, leaseExpiresAt: number): Promise<LeasedDelivery[]>;
 	takeClaimed(batch: ClaimedBatch): ClaimedBatch;
 	claimSoon(): void;
 	schedulePoll(): void;
