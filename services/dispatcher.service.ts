@@ -90,6 +90,9 @@ const DispatcherService: ServiceSchema<ServiceSettingSchema, DispatcherThis> = {
 		this.claimRun = null;
 		this.backlog = true;
 		this.waitingWebhooks = new Set();
+		this.claimSeq = 0;
+		this.requestedAt = 0;
+		this.unleasedAt = new Map();
 		this.pollTimer = null;
 		this.polls = 0;
 		// On SQLite each batch is a transaction on this event loop: a saturated loop lingers a little.

@@ -8,7 +8,7 @@ import type { ClaimedBatch, Target } from "../mixins/dispatcher/shared";
 import { waitUntil } from "./helpers/delivery-stack";
 import { generateWebhookSecret } from "../lib/crypto";
 
-// Share per webhook: DELIVERY_WEBHOOK_CONCURRENCY x LEASE_BUFFER_FACTOR (4) = 4; 16 in all.
+// Share per webhook: DELIVERY_WEBHOOK_CONCURRENCY x WEBHOOK_LEASE_FACTOR (16) = 16.
 const ENV = { DELIVERY_CONCURRENCY: "4", DELIVERY_WEBHOOK_CONCURRENCY: "1", DELIVERY_POLL_INTERVAL: "1h" };
 const PILED = "11111111-1111-4111-8111-111111111111";
 const HEALTHY = "22222222-2222-4222-8222-222222222222";
@@ -54,26 +54,26 @@ describe.each(testDatabases())("claims on %s", database => {
 	afterAll(() => stack?.stop());
 
 	it("gives no webhook more than its share of leases in one claim, and says when one stopped there", async () => {
-		await seedDue(stack.db, PILED, 30, 60_000);
+		await seedDue(stack.db, PILED, 40, 60_000);
 		await seedDue(stack.db, HEALTHY, 2, 1_000);
 
-		const { leased, filledWebhooks } = await dispatcher.claimBatch(16);
+		const { leased, filledWebhooks } = await dispatcher.claimBatch(32);
 		const leasedOf = (webhookId: string) => leased.filter(delivery => delivery.webhookId === webhookId).length;
-		expect(leasedOf(PILED)).toBe(4);
+		expect(leasedOf(PILED)).toBe(16);
 		expect(leasedOf(HEALTHY)).toBe(2);
 		expect(filledWebhooks).toEqual([PILED]);
 		const leasedRows = await stack.db("deliveries").whereNotNull("lease_id").select("id", "webhook_id");
 		expect(leasedRows.map(row => row.id).sort()).toEqual(leased.map(delivery => delivery.id).sort());
 
 		// A webhook that already holds part of its share gets only the rest of it.
-		dispatcher.heldByWebhook.set(PILED, 3);
+		dispatcher.heldByWebhook.set(PILED, 13);
 		try {
-			const next = await dispatcher.claimBatch(16);
-			expect(next.leased.map(delivery => delivery.webhookId)).toEqual([PILED]);
+			const next = await dispatcher.claimBatch(32);
+			expect(next.leased.map(delivery => delivery.webhookId)).toEqual([PILED, PILED, PILED]);
 			expect(next.filledWebhooks).toEqual([PILED]);
 			// At its share, a webhook is left out altogether.
-			dispatcher.heldByWebhook.set(PILED, 4);
-			expect((await dispatcher.claimBatch(16)).leased).toEqual([]);
+			dispatcher.heldByWebhook.set(PILED, 16);
+			expect((await dispatcher.claimBatch(32)).leased).toEqual([]);
 		} finally {
 			dispatcher.heldByWebhook.delete(PILED);
 		}
@@ -81,9 +81,9 @@ describe.each(testDatabases())("claims on %s", database => {
 
 	it("takes a turn of the event loop between claims, so that a pile of due rows cannot hold requests and timers back", async () => {
 		// A disabled webhook's rows are parked as soon as they are claimed, which frees its share at
-		// once: 40 rows are 10 claims of 4 in one run. On SQLite every statement answers
+		// once: 160 rows are 10 claims of 16 in one run. On SQLite every statement answers
 		// synchronously; without a turn between claims, 10,000 recovered rows held the loop for 3 s.
-		await seedDue(stack.db, DISABLED, 40, 1_000);
+		await seedDue(stack.db, DISABLED, 160, 1_000);
 		dispatcher.cacheTarget(DISABLED, { id: DISABLED, url: "https://receiver.example/hook", active: false, secrets: [generateWebhookSecret()], previousSecretExpiresAt: null, headers: {} });
 		let turns = 0;
 		let claiming = true;
@@ -98,6 +98,6 @@ describe.each(testDatabases())("claims on %s", database => {
 
 		expect(turns).toBeGreaterThanOrEqual(10);
 		const parked = async () => Number((await stack.db("deliveries").where({ webhook_id: DISABLED, parked: true }).count({ count: "*" }))[0].count);
-		await waitUntil(parked, count => count === 40, "the claimed rows to be parked");
+		await waitUntil(parked, count => count === 160, "the claimed rows to be parked");
 	});
 });

@@ -8,7 +8,7 @@ import crypto from "node:crypto";
 import type http from "node:http";
 import type { AddressInfo } from "node:net";
 import { startOpsServer } from "../lib/ops-server";
-import { INTAKE_LEASE_FACTOR } from "../mixins/dispatcher/shared";
+import { WEBHOOK_LEASE_FACTOR } from "../mixins/dispatcher/shared";
 import { testDatabases } from "./helpers/services";
 import { startSmtpServer, type TestSmtpServer } from "./helpers/smtp-server";
 import { startDeliveryStack, waitUntil, type DeliveryStack, type OrderEvent } from "./helpers/delivery-stack";
@@ -58,8 +58,8 @@ describe.each(testDatabases())("metrics on %s", database => {
 				SMTP_URL: smtp.url,
 				MAIL_POLL_INTERVAL: "100ms",
 				MAIL_RETRY_SCHEDULE: "1s,2s,3s,4s,5s,6s,7s,8s,9s,10s",
-				// One attempt at a time, so intake leases at most INTAKE_LEASE_FACTOR: deliveries
-				// beyond those wait in the database, due.
+				// One attempt at a time, so a webhook holds at most WEBHOOK_LEASE_FACTOR leases:
+				// deliveries beyond those wait in the database, due.
 				DELIVERY_CONCURRENCY: "1",
 				DELIVERY_WEBHOOK_CONCURRENCY: "1",
 				// Long enough that a failing delivery stays pending across a few gauge refreshes.
@@ -84,13 +84,14 @@ describe.each(testDatabases())("metrics on %s", database => {
 	});
 
 	it("the delivery backlog: pending and due counts, and the oldest due delivery's age, rise and fall", async () => {
-		const EVENTS = INTAKE_LEASE_FACTOR + 4;
+		const EVENTS = 2 * WEBHOOK_LEASE_FACTOR + 4;
 		const owner = await customer();
 		const slow = await env.createWebhook(owner.token);
-		// The leased ones, one at a time, keep the rest due for about 8 s, past the gauges' 5 s cache.
-		env.script(slow, [], { status: 200, delayMs: Math.ceil(8_000 / INTAKE_LEASE_FACTOR) });
+		// WEBHOOK_LEASE_FACTOR are leased, the rest wait in the database, due, and age; claims take
+		// them half a share at a time, each once the webhook is down to half its share. Sent one at
+		// a time, the attempts keep rows due for about 8 s, past the gauges' 5 s cache.
+		env.script(slow, [], { status: 200, delayMs: Math.ceil(8_000 / (EVENTS - WEBHOOK_LEASE_FACTOR / 2 - 4)) });
 		for (let i = 0; i < EVENTS; i++) await publish(owner);
-		// INTAKE_LEASE_FACTOR are leased, the rest wait in the database, due, and age.
 		const backed = await watch("a due delivery waiting", page => (metricValue(page, "webhook_delivery_oldest_due_age_seconds") ?? 0) > 0);
 		expect(metricValue(backed, "webhook_deliveries_pending")).toBeGreaterThanOrEqual(1);
 		expect(metricValue(backed, "webhook_deliveries_due")).toBeGreaterThanOrEqual(1);

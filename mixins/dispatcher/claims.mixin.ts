@@ -13,7 +13,6 @@ import { chunks, rowsOf } from "../../lib/sql-rows";
 import type { ResolvedWebhook } from "../../lib/schemas/webhooks";
 import {
 	CLAIMED_COLUMNS,
-	LEASE_BUFFER_FACTOR,
 	MAX_CLAIM_BATCH,
 	PARKED_RECHECK_POLLS,
 	isTrue,
@@ -41,25 +40,28 @@ export const ClaimsMixin: DispatcherMixin = {
 
 		async claimUntilFull(this: DispatcherThis): Promise<void> {
 			try {
-				for (;;) {
+				while (!this.stopping) {
 					// Probes first, each in a statement of its own: a probe is the only way a failing
-					// endpoint that recovered is noticed, so it must not wait until intake's leases
-					// leave a claim room, nor behind other webhooks' rows.
+					// endpoint that recovered is noticed, so it must not wait until the instance has room,
+					// nor behind other webhooks' rows.
 					for (const { webhookId, probeDue } of this.breakers.open(Date.now())) {
 						if (probeDue && !this.heldByWebhook.has(webhookId)) this.takeClaimed(await this.claimProbe(webhookId));
 					}
-					const room = this.config.DELIVERY_CONCURRENCY * LEASE_BUFFER_FACTOR - this.held;
+					const room = this.roomLeft();
 					if (room <= 0) {
 						this.backlog = true;
 						return;
 					}
 					const limit = Math.min(room, MAX_CLAIM_BATCH);
+					const seqBefore = this.claimSeq;
 					const { leased, filledWebhooks } = this.takeClaimed(await this.claimBatch(limit));
 					// Fewer than asked, and no webhook stopped at its share: nothing else is due (for
 					// now: the webhooks at their share are claimed for again as they free up).
 					if (leased.length === 0 || (leased.length < limit && filledWebhooks.length === 0)) {
-						this.backlog = false;
-						return;
+						if (this.releaseDrained(seqBefore)) {
+							this.backlog = false;
+							return;
+						}
 					}
 					// SQLite answers synchronously, so without a turn of the event loop between claims a
 					// pile of due rows kept requests and timers waiting: 10,000 recovered deliveries of a
@@ -69,6 +71,28 @@ export const ClaimsMixin: DispatcherMixin = {
 			} catch (err) {
 				this.logger.error("Claiming due deliveries failed; will try again at the next poll", err);
 			}
+		},
+
+		/**
+		 * After a claim that found nothing more to take: the waiting webhooks it could take rows of
+		 * have none left, so intake may lease their new rows again. Not those whose rows intake left
+		 * while the claim ran (its statement may not have seen them): then, and when a claim was
+		 * requested meanwhile, this answers false and the caller claims once more.
+		 */
+		releaseDrained(this: DispatcherThis, seqBefore: number): boolean {
+			const share = this.webhookShare();
+			let raced = this.requestedAt > seqBefore;
+			for (const webhookId of this.waitingWebhooks) {
+				// At its share it was left out of the claim; with an open breaker it waits for probes.
+				if ((this.heldByWebhook.get(webhookId) ?? 0) >= share || this.breakers.isOpen(webhookId)) continue;
+				if ((this.unleasedAt.get(webhookId) ?? 0) > seqBefore) {
+					raced = true;
+					continue;
+				}
+				this.waitingWebhooks.delete(webhookId);
+				this.unleasedAt.delete(webhookId);
+			}
+			return !raced;
 		},
 
 		/** Counts a claim's leases as held and hands them to the worker. */
@@ -85,7 +109,7 @@ export const ClaimsMixin: DispatcherMixin = {
 
 		/**
 		 * One claim statement. No webhook gets more than its share of this instance's leases
-		 * (DELIVERY_WEBHOOK_CONCURRENCY x LEASE_BUFFER_FACTOR, queued + in flight): webhooks already at
+		 * (webhookShare, queued + in flight): webhooks already at
 		 * it are left out, and the others get at most what is left of theirs. Without the cap, a
 		 * slow or failing receiver with a pile of due retries could take every lease of one claim,
 		 * and the healthy webhooks' deliveries would wait until that pile was worked off.
@@ -96,7 +120,7 @@ export const ClaimsMixin: DispatcherMixin = {
 			const now = Date.now();
 			const leaseId = crypto.randomUUID();
 			const leaseExpiresAt = now + this.config.DELIVERY_LEASE;
-			const share = this.config.DELIVERY_WEBHOOK_CONCURRENCY * LEASE_BUFFER_FACTOR;
+			const share = this.webhookShare();
 			const saturated: string[] = [];
 			const partly: Array<[string, number]> = [];
 			for (const { webhookId } of this.breakers.open(now)) saturated.push(webhookId);
@@ -163,13 +187,15 @@ export const ClaimsMixin: DispatcherMixin = {
 			return { leased: await this.withBodies(rowsOf<ClaimedRow>(result), leaseId, leaseExpiresAt), filledWebhooks: [] };
 		},
 
-		/** The claimed rows as leased deliveries, with their message bodies. */
+		/** The claimed rows as leased deliveries, oldest first, with their message bodies. */
 		async withBodies(this: DispatcherThis, rows: ClaimedRow[], leaseId: string, leaseExpiresAt: number): Promise<LeasedDelivery[]> {
 			const bodies = new Map<string, string>();
 			for (const eventIds of chunks([...new Set(rows.map(row => row.event_id))], 500)) {
 				const messages: Array<Pick<MessageRow, "event_id" | "body">> = await this.db("delivery_messages").whereIn("event_id", eventIds).select("event_id", "body");
 				for (const message of messages) bodies.set(message.event_id, message.body);
 			}
+			// RETURNING promises no order; ids are time-ordered, so each webhook's rows go out oldest first.
+			rows.sort((a, b) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0));
 			return rows.map(row => ({
 				id: row.id,
 				webhookId: row.webhook_id,
@@ -185,6 +211,14 @@ export const ClaimsMixin: DispatcherMixin = {
 		claimSoon(this: DispatcherThis): void {
 			if (this.stopping) return;
 			setImmediate(() => void this.claimDue());
+		},
+
+		/** Due rows were added or freed: a claim now, and one more if a claim running now misses them. */
+		requestClaim(this: DispatcherThis): void {
+			this.claimSeq += 1;
+			this.requestedAt = this.claimSeq;
+			this.backlog = true;
+			this.claimSoon();
 		},
 
 		schedulePoll(this: DispatcherThis): void {
@@ -233,8 +267,7 @@ export const ClaimsMixin: DispatcherMixin = {
 				.update({ parked: false, next_attempt_at: this.db.raw("CASE WHEN lease_id IS NULL THEN ? ELSE ? END", [now, leaseEnded]), updated_at: now });
 			if (resumed > 0) {
 				this.logger.info(`Webhook ${webhookId} is active again: ${resumed} parked deliveries resumed`);
-				this.backlog = true;
-				this.claimSoon();
+				this.requestClaim();
 			}
 		},
 

@@ -153,7 +153,7 @@ export const DeliveryLogMixin: DispatcherMixin = {
 						.where({ id: row.id, status: row.status })
 						.update({ status: "pending", manual_retry: true, next_attempt_at: now, parked: false, lease_id: null, updated_at: now });
 				}
-				this.claimSoon();
+				this.requestClaim();
 				return this.present((await this.ownedDelivery(ctx)) as DeliveryRow);
 			},
 		},

@@ -262,10 +262,11 @@ export const IntakeMixin: DispatcherMixin = {
 			const deliveriesOf = new Map<string, number>();
 			for (const eventId of inserted) deliveriesOf.set(eventId, 0);
 			const leased: LeasedDelivery[] = [];
-			// Rows left unleased wait for a claim. One is worth running now only for a webhook
-			// below its share (this instance was full); a webhook at its share is claimed for once
-			// half of it is free (see releaseHold).
+			// Rows left unleased wait for a claim, and their webhook waits with them (no new row of it
+			// is leased before they are). A claim is worth running now only for a webhook with half
+			// its share free; one holding more is claimed for as it crosses half (see releaseHold).
 			let claimNow = false;
+			let leftForClaims = false;
 			for (const { eventId, webhookId, delivery } of planned) {
 				if (!inserted.has(eventId)) {
 					if (delivery) this.releaseHold(delivery.webhookId);
@@ -275,9 +276,14 @@ export const IntakeMixin: DispatcherMixin = {
 				if (delivery) leased.push(delivery);
 				// An open breaker: the row waits for the webhook's next probe (a claim at a poll).
 				else if (this.breakers.isOpen(webhookId)) continue;
-				else if (this.hasShareLeft(webhookId)) claimNow = true;
-				else this.waitingWebhooks.add(webhookId);
+				else {
+					this.waitingWebhooks.add(webhookId);
+					this.unleasedAt.set(webhookId, this.claimSeq + 1);
+					leftForClaims = true;
+					if (this.wantsClaim(webhookId)) claimNow = true;
+				}
 			}
+			if (leftForClaims) this.claimSeq += 1;
 
 			// Freshly loaded lists refresh the worker's targets; a cached one would only prolong them.
 			for (const { value: subscribers, loaded } of subscriberLists) {
@@ -285,10 +291,7 @@ export const IntakeMixin: DispatcherMixin = {
 				for (const subscriber of subscribers) this.cacheTarget(subscriber.id, targetOf(subscriber, true));
 			}
 			for (const delivery of leased) this.enqueue(delivery);
-			if (claimNow) {
-				this.backlog = true;
-				this.claimSoon();
-			}
+			if (claimNow) this.requestClaim();
 			this.pump();
 
 			const answered = new Set<string>();

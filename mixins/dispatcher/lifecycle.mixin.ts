@@ -74,8 +74,7 @@ export const LifecycleMixin: DispatcherMixin = {
 				const [{ count }] = await failedInWindow().count({ count: "*" });
 				if (scheduled > 0) {
 					this.logger.info(`Webhook ${id}: ${scheduled} failed deliveries recovered (${since} to ${until})`);
-					this.backlog = true;
-					this.claimSoon();
+					this.requestClaim();
 				}
 				return { scheduled, remaining: Number(count) };
 			},
@@ -239,8 +238,7 @@ export const LifecycleMixin: DispatcherMixin = {
 				created = rows.length;
 			});
 			if (created > 0) {
-				this.backlog = true;
-				this.claimSoon();
+				this.requestClaim();
 			}
 		},
 	},

@@ -13,7 +13,6 @@ import { honourRetryAfter } from "../../lib/retry-after";
 import type { DeliveryOutcome } from "../../lib/webhook-sender";
 import {
 	DEPENDENCY_RETRY_MS,
-	LEASE_BUFFER_FACTOR,
 	type DeliveryUpdate,
 	type DispatcherMixin,
 	type DispatcherThis,
@@ -181,8 +180,7 @@ export const ResultsMixin: DispatcherMixin = {
 			const update: DeliveryUpdate = { ...change, delivery };
 			this.releaseHold(delivery.webhookId);
 			// Claim in batches (not one row per finished delivery), early enough to keep every slot busy.
-			const room = this.config.DELIVERY_CONCURRENCY * LEASE_BUFFER_FACTOR - this.held;
-			if (this.backlog && room >= this.config.DELIVERY_CONCURRENCY / 2) this.claimSoon();
+			if (this.backlog && this.roomLeft() >= this.config.DELIVERY_CONCURRENCY / 2) this.claimSoon();
 			const write = async () => {
 				for (let attempt = 1; ; attempt += 1) {
 					try {

@@ -15,19 +15,20 @@ import type { Attempt, Delivery, DeliveryParams, DeliveryStatus, PublishResult }
 import type { WebhookDisabledEvent } from "../../lib/schemas/webhooks";
 import type { WebhookHealth } from "./lifecycle.mixin";
 
-// A worker may hold (queued + in flight) this many leases per unit of concurrency, so that the
-// next request can start the moment one finishes, without holding leases it cannot serve soon.
-// 4 rather than 2: under load, intake can then lease what it writes (one write per delivery
-// before its result) instead of leaving most rows to a claim (a second write and a body read);
-// at full speed that is well under a second of queued work.
-export const LEASE_BUFFER_FACTOR = 4;
-// Intake may lease further ahead than a claim (queued + in flight, per unit of concurrency): the
-// row was just written and its body is in hand, while leaving it to a claim costs a claim query,
-// a body read and a second write. Under the benchmark's load, with 4 here as for claims, most
-// rows went the claim way and knex's claim and body queries took 12-19 % of the event loop.
-// Still bounded: a webhook holds at most DELIVERY_WEBHOOK_CONCURRENCY x this many, and a queued
-// delivery whose lease could run out before its attempt ends is given back unattempted.
-export const INTAKE_LEASE_FACTOR = 16;
+// One lease budget, for intake and claims alike (queued + in flight): a webhook may hold
+// DELIVERY_WEBHOOK_CONCURRENCY x WEBHOOK_LEASE_FACTOR leases, an instance DELIVERY_CONCURRENCY x
+// INSTANCE_LEASE_FACTOR. Intake leases what it writes while there is room (the row was just
+// written and its body is in hand), since leaving it to a claim costs a claim query, a body read
+// and a second write: with intake at 4 x, most rows went the claim way under the benchmark's load
+// and knex took 12-19 % of the event loop. When a claim had a smaller budget than intake, a row
+// intake could not lease waited until the webhook was nearly empty while newer ones went ahead:
+// the 0.6-1.1 s stragglers of the first seconds.
+// The instance budget is the larger, so that it only bounds memory: with one budget of 16 x both
+// ways, eight healthy webhooks' queues filled the instance and every row of every webhook went the
+// claim way (healthy p99 14-33 x in the bad-neighbour benchmark). A queued delivery whose lease
+// could run out before its attempt ends is given back unattempted.
+export const WEBHOOK_LEASE_FACTOR = 16;
+export const INSTANCE_LEASE_FACTOR = 64;
 // Webhook URLs and secrets, and each customer's subscribed webhooks, are cached this long;
 // webhooks.* events drop entries sooner. Short, because a broadcast can be missed (a node
 // joining or reconnecting, clears aside), and because the previous secret stops signing when its
@@ -198,8 +199,19 @@ export type DispatcherThis = DbServiceThis & {
 	/** Due rows may be waiting that the last claim did not take (capacity ran out). */
 	backlog: boolean;
 	/**
-	 * Webhooks at their share of leases that have rows waiting: claimed for again once half of
-	 * their share is free, not on every change elsewhere (each claim must skip their due rows).
+	 * A sequence, moved on by every requestClaim and every intake batch that left rows for a
+	 * claim: a claim that ends finding nothing more tells by it whether rows came in while it ran.
+	 */
+	claimSeq: number;
+	/** claimSeq at the last requestClaim. */
+	requestedAt: number;
+	/** Per webhook, claimSeq when intake last left one of its rows for a claim. */
+	unleasedAt: Map<string, number>;
+	/**
+	 * Webhooks with due rows left in the database for a claim (intake found no lease, or a claim
+	 * stopped at the webhook's share). Intake leases none of their new rows until a claim has
+	 * taken the old ones, so no delivery is overtaken by newer ones of its webhook; they are
+	 * claimed for once half of their share is free, not on every change elsewhere.
 	 */
 	waitingWebhooks: Set<string>;
 	pollTimer: NodeJS.Timeout | null;
@@ -221,7 +233,9 @@ export type DispatcherThis = DbServiceThis & {
 	insertDeliveries(trx: Knex.Transaction, rows: NewDeliveryRow[]): Promise<void>;
 	// worker.mixin.ts
 	takeLease(webhookId: string): boolean;
-	hasShareLeft(webhookId: string): boolean;
+	webhookShare(): number;
+	roomLeft(): number;
+	wantsClaim(webhookId: string): boolean;
 	releaseHold(webhookId: string): void;
 	enqueue(delivery: LeasedDelivery): void;
 	pump(): void;
@@ -239,10 +253,12 @@ export type DispatcherThis = DbServiceThis & {
 	claimDue(): Promise<void>;
 	claimUntilFull(): Promise<void>;
 	claimBatch(limit: number): Promise<ClaimedBatch>;
+	releaseDrained(seqBefore: number): boolean;
 	claimProbe(webhookId: string): Promise<ClaimedBatch>;
 	withBodies(rows: ClaimedRow[], leaseId: string, leaseExpiresAt: number): Promise<LeasedDelivery[]>;
 	takeClaimed(batch: ClaimedBatch): ClaimedBatch;
 	claimSoon(): void;
+	requestClaim(): void;
 	schedulePoll(): void;
 	recheckParked(): Promise<void>;
 	resumeParked(webhookId: string): Promise<void>;

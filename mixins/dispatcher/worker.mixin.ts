@@ -1,7 +1,7 @@
 // Dispatcher worker, the send loop: leased deliveries wait in a queue per webhook and are sent
 // through lib/webhook-sender.ts within the global and per-webhook concurrency limits, webhooks
-// taking turns so that a busy one cannot starve the others. This instance holds at most
-// LEASE_BUFFER_FACTOR leases per unit of concurrency (queued + in flight). Each webhook's URL and
+// taking turns so that a busy one cannot starve the others. The lease budget (queued + in flight,
+// per webhook and per instance) is shared by intake and claims, see shared.ts. Each webhook's URL and
 // secrets come from a short-lived cache filled by webhooks.resolve and emptied by the webhooks.*
 // events; a delivery of a removed webhook is cancelled, one of a disabled webhook parked. A
 // webhook whose last attempt failed is sent one attempt at a time until one succeeds, and one that
@@ -14,8 +14,8 @@ import type { ResolvedWebhook } from "../../lib/schemas/webhooks";
 import { messageIdOf } from "../../lib/schemas/deliveries";
 import {
 	DEPENDENCY_RETRY_MS,
-	INTAKE_LEASE_FACTOR,
-	LEASE_BUFFER_FACTOR,
+	INSTANCE_LEASE_FACTOR,
+	WEBHOOK_LEASE_FACTOR,
 	LEASE_SAFETY_MS,
 	TARGET_CACHE_MS,
 	BREAKER,
@@ -47,6 +47,7 @@ export const WorkerMixin: DispatcherMixin = {
 				this.cacheTarget(id, null);
 				this.breakers.forget(id);
 				this.waitingWebhooks.delete(id);
+				this.unleasedAt.delete(id);
 				const cancelled = await this.cancelPending(id).catch(err => {
 					this.logger.error(`Could not cancel deliveries of removed webhook ${id}`, err);
 					return 0;
@@ -65,20 +66,32 @@ export const WorkerMixin: DispatcherMixin = {
 	},
 
 	methods: {
-		/** Takes a local lease slot at intake if this instance has room for one more delivery of the webhook. */
+		/**
+		 * Takes a lease at intake if this instance has room for one more delivery of the webhook
+		 * and none of the webhook's rows wait in the database: a new row must not overtake them.
+		 */
 		takeLease(this: DispatcherThis, webhookId: string): boolean {
 			const perWebhook = this.heldByWebhook.get(webhookId) ?? 0;
-			if (this.breakers.isOpen(webhookId)) return false;
-			if (this.held >= this.config.DELIVERY_CONCURRENCY * INTAKE_LEASE_FACTOR) return false;
-			if (perWebhook >= this.config.DELIVERY_WEBHOOK_CONCURRENCY * INTAKE_LEASE_FACTOR) return false;
+			if (this.breakers.isOpen(webhookId) || this.waitingWebhooks.has(webhookId)) return false;
+			if (this.roomLeft() <= 0 || perWebhook >= this.webhookShare()) return false;
 			this.held += 1;
 			this.heldByWebhook.set(webhookId, perWebhook + 1);
 			return true;
 		},
 
-		/** Whether the webhook holds less than its share of this instance's leases. */
-		hasShareLeft(this: DispatcherThis, webhookId: string): boolean {
-			return (this.heldByWebhook.get(webhookId) ?? 0) < this.config.DELIVERY_WEBHOOK_CONCURRENCY * LEASE_BUFFER_FACTOR;
+		/** The most leases one webhook may hold here, queued and in flight. */
+		webhookShare(this: DispatcherThis): number {
+			return this.config.DELIVERY_WEBHOOK_CONCURRENCY * WEBHOOK_LEASE_FACTOR;
+		},
+
+		/** The leases this instance may still take, over all webhooks. */
+		roomLeft(this: DispatcherThis): number {
+			return this.config.DELIVERY_CONCURRENCY * INSTANCE_LEASE_FACTOR - this.held;
+		},
+
+		/** Whether rows the webhook left in the database are worth a claim now: half its share is free. */
+		wantsClaim(this: DispatcherThis, webhookId: string): boolean {
+			return (this.heldByWebhook.get(webhookId) ?? 0) <= this.webhookShare() / 2;
 		},
 
 		releaseHold(this: DispatcherThis, webhookId: string): void {
@@ -86,11 +99,8 @@ export const WorkerMixin: DispatcherMixin = {
 			const left = (this.heldByWebhook.get(webhookId) ?? 1) - 1;
 			if (left > 0) this.heldByWebhook.set(webhookId, left);
 			else this.heldByWebhook.delete(webhookId);
-			// Half its share free: worth a claim for the rows it left waiting.
-			if (this.waitingWebhooks.has(webhookId) && left <= (this.config.DELIVERY_WEBHOOK_CONCURRENCY * LEASE_BUFFER_FACTOR) / 2) {
-				this.waitingWebhooks.delete(webhookId);
-				this.backlog = true;
-			}
+			// Once, as the webhook crosses to half its share: one claim per half share sent, not one per attempt.
+			if (left === Math.floor(this.webhookShare() / 2) && this.waitingWebhooks.has(webhookId)) this.requestClaim();
 		},
 
 		enqueue(this: DispatcherThis, delivery: LeasedDelivery): void {
@@ -225,11 +235,13 @@ export const WorkerMixin: DispatcherMixin = {
 			if (change === "opened") {
 				const returned = this.returnQueued(webhookId);
 				this.waitingWebhooks.delete(webhookId);
+				this.unleasedAt.delete(webhookId);
 				this.logger.warn(`Webhook ${webhookId}: ${BREAKER.openAfter} attempts in a row failed; one probe attempt a second until one succeeds (${returned} queued deliveries wait in the database meanwhile)`);
 			} else if (change === "closed") {
 				this.logger.info(`Webhook ${webhookId} answers again: its waiting deliveries resume`);
-				this.backlog = true;
-				this.claimSoon();
+				// Its pile goes first: intake leases none of its new rows until a claim has taken it.
+				this.waitingWebhooks.add(webhookId);
+				this.requestClaim();
 			}
 		},
 
