@@ -88,6 +88,7 @@ const DispatcherService: ServiceSchema<ServiceSettingSchema, DispatcherThis> = {
 		this.resolving = new Set();
 		this.subscribers = new SubscriberCache((subscribers, loadedAt) => keepSigningUntil(subscribers, TARGET_CACHE_MS, loadedAt));
 		this.claimRun = null;
+		this.claimQueued = false;
 		this.backlog = true;
 		this.waitingWebhooks = new Set();
 		this.claimSeq = 0;

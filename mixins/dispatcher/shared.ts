@@ -196,6 +196,8 @@ export type DispatcherThis = DbServiceThis & {
 	subscribers: SubscriberCache<Subscriber>;
 	resolving: Set<string>;
 	claimRun: Promise<void> | null;
+	/** A claimSoon is queued for the next turn of the event loop; more calls before it runs add nothing. */
+	claimQueued: boolean;
 	/** Due rows may be waiting that the last claim did not take (capacity ran out). */
 	backlog: boolean;
 	/**
