@@ -54,7 +54,7 @@ const parts = [
 	WorkerMixin,
 	// afterAttempt, finish, writeUpdates (the lease-guarded batch write)
 	ResultsMixin,
-	// claimDue, claimBatch, schedulePoll; parking: recheckParked, resumeParked, cancelPending
+	// claimDue, claimBatch, claimRefills (a waiting webhook's own rows), schedulePoll; parking: recheckParked, resumeParked, cancelPending
 	ClaimsMixin,
 	// actions testWebhook, listDeliveries, getDelivery, retryDelivery
 	DeliveryLogMixin,
@@ -91,6 +91,8 @@ const DispatcherService: ServiceSchema<ServiceSettingSchema, DispatcherThis> = {
 		this.claimQueued = false;
 		this.backlog = true;
 		this.waitingWebhooks = new Set();
+		this.refills = new Set();
+		this.scanFrom = null;
 		this.claimSeq = 0;
 		this.requestedAt = 0;
 		this.unleasedAt = new Map();

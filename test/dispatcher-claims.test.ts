@@ -13,16 +13,23 @@ const ENV = { DELIVERY_CONCURRENCY: "4", DELIVERY_WEBHOOK_CONCURRENCY: "1", DELI
 const PILED = "11111111-1111-4111-8111-111111111111";
 const HEALTHY = "22222222-2222-4222-8222-222222222222";
 const DISABLED = "33333333-3333-4333-8333-333333333333";
+const REFILLED = "44444444-4444-4444-8444-444444444444";
+const LATE = "55555555-5555-4555-8555-555555555555";
 
 interface ClaimingService {
-	claimBatch(limit: number): Promise<ClaimedBatch>;
+	claimBatch(limit: number, dueSince?: number | null): Promise<ClaimedBatch>;
+	claimRowsOf(webhookId: string, limit: number): Promise<ClaimedBatch>;
 	claimDue(): Promise<void>;
 	claimSoon(): void;
 	claimUntilFull(): Promise<void>;
 	claimRun: Promise<void> | null;
 	cacheTarget(webhookId: string, target: Target | null): void;
 	heldByWebhook: Map<string, number>;
+	scanFrom: number | null;
+	polls: number;
 }
+
+const inactiveTarget = (id: string): Target => ({ id, url: "https://receiver.example/hook", active: false, secrets: [generateWebhookSecret()], previousSecretExpiresAt: null, headers: {} });
 
 /** `count` due deliveries of one webhook, one event each. */
 async function seedDue(db: Knex, webhookId: string, count: number, ageMs: number): Promise<void> {
@@ -84,10 +91,11 @@ describe.each(testDatabases())("claims on %s", database => {
 
 	it("takes a turn of the event loop between claims, so that a pile of due rows cannot hold requests and timers back", async () => {
 		// A disabled webhook's rows are parked as soon as they are claimed, which frees its share at
-		// once: 160 rows are 10 claims of 16 in one run. On SQLite every statement answers
+		// once: 160 rows are 10 claims of 16 in one run, a turn taking at most two of them (the
+		// webhook's refill and the claim of all due rows). On SQLite every statement answers
 		// synchronously; without a turn between claims, 10,000 recovered rows held the loop for 3 s.
 		await seedDue(stack.db, DISABLED, 160, 1_000);
-		dispatcher.cacheTarget(DISABLED, { id: DISABLED, url: "https://receiver.example/hook", active: false, secrets: [generateWebhookSecret()], previousSecretExpiresAt: null, headers: {} });
+		dispatcher.cacheTarget(DISABLED, inactiveTarget(DISABLED));
 		let turns = 0;
 		let claiming = true;
 		const countTurn = () => {
@@ -99,7 +107,7 @@ describe.each(testDatabases())("claims on %s", database => {
 		await dispatcher.claimDue();
 		claiming = false;
 
-		expect(turns).toBeGreaterThanOrEqual(10);
+		expect(turns).toBeGreaterThanOrEqual(5);
 		const parked = async () => Number((await stack.db("deliveries").where({ webhook_id: DISABLED, parked: true }).count({ count: "*" }))[0].count);
 		await waitUntil(parked, count => count === 160, "the claimed rows to be parked");
 	});
@@ -124,5 +132,64 @@ describe.each(testDatabases())("claims on %s", database => {
 			dispatcher.claimUntilFull = claimUntilFull;
 		}
 		expect(claims).toBe(1);
+	});
+
+	it("refills one webhook from its own due rows, oldest first, up to the limit", async () => {
+		// A waiting webhook's refill reads its own index: no other webhook's rows, none not yet due.
+		await seedDue(stack.db, REFILLED, 11, 1_000);
+		await stack.db("deliveries").where({ id: `${REFILLED.slice(0, 24)}000000000000` }).update({ next_attempt_at: new Date(Date.now() + 60_000).toISOString() });
+		const oldestFirst = (await stack.db("deliveries").where({ webhook_id: REFILLED }).whereNull("lease_id").orderBy("next_attempt_at").select("id")).map(row => row.id);
+
+		const first = await dispatcher.claimRowsOf(REFILLED, 4);
+		expect(first.leased.map(delivery => delivery.id)).toEqual(oldestFirst.slice(0, 4).sort());
+		const rest = await dispatcher.claimRowsOf(REFILLED, 50);
+		// The row due in a minute stays where it is.
+		expect(rest.leased.map(delivery => delivery.id)).toEqual(oldestFirst.slice(4, 10).sort());
+		expect(await stack.db("deliveries").where({ webhook_id: REFILLED }).whereNull("lease_id").pluck("id")).toEqual([oldestFirst[10]]);
+	});
+});
+
+describe.each(testDatabases())("the poll's claim on %s", database => {
+	let stack: Stack;
+	let dispatcher: ClaimingService;
+
+	beforeAll(async () => {
+		stack = await startStack({ services: ["webhooks", "dispatcher"], database, env: { ...ENV, DELIVERY_POLL_INTERVAL: "50ms" } });
+		dispatcher = stack.app.broker.getLocalService("dispatcher") as unknown as ClaimingService;
+	});
+	afterAll(() => stack?.stop());
+
+	it("on SQLite reads only rows due since its last drained claim, and all due rows every 10th poll", async () => {
+		// What a drained claim leaves due is excluded webhooks' piles, refilled by their own index;
+		// the poll's claim reads past them on SQLite's event loop only once in 10 polls. A row due
+		// long ago that nothing refills (here: inserted behind the dispatcher's back) waits for that.
+		const claims: Array<{ poll: number; dueSince: number | null; ids: string[] }> = [];
+		const claimBatch = dispatcher.claimBatch;
+		dispatcher.claimBatch = async (limit: number, dueSince?: number | null) => {
+			const batch = await claimBatch(limit, dueSince);
+			claims.push({ poll: dispatcher.polls, dueSince: dueSince ?? null, ids: batch.leased.map(delivery => delivery.id) });
+			return batch;
+		};
+		try {
+			if (database === "sqlite") await waitUntil(() => dispatcher.scanFrom, from => from !== null, "a drained claim of the poll");
+			dispatcher.cacheTarget(LATE, inactiveTarget(LATE));
+			claims.length = 0;
+			await seedDue(stack.db, LATE, 1, 60_000);
+			const [lateId] = await stack.db("deliveries").where({ webhook_id: LATE }).pluck("id");
+			await waitUntil(() => claims.some(claim => claim.ids.includes(lateId)), Boolean, "the late row to be claimed");
+
+			const taking = claims.findIndex(claim => claim.ids.includes(lateId));
+			expect(claims[taking].dueSince).toBeNull();
+			if (database === "sqlite") {
+				expect(claims[taking].poll % 10).toBe(0);
+				// The polls before it read only newer rows.
+				expect(claims.slice(0, taking).every(claim => claim.dueSince !== null)).toBe(true);
+			} else {
+				expect(claims.every(claim => claim.dueSince === null)).toBe(true);
+			}
+			await waitUntil(async () => (await stack.db("deliveries").where({ id: lateId }).first("parked")).parked, Boolean, "the late row to be parked");
+		} finally {
+			dispatcher.claimBatch = claimBatch;
+		}
 	});
 });

@@ -1,8 +1,10 @@
 // Dispatcher claims: how deliveries that intake did not hand straight to the worker get sent.
 // A poll loop (and claimSoon, whenever capacity frees up while a backlog waits) leases due rows:
 // retries whose time has come, deliveries intake could not lease because the worker was full,
-// and rows whose lease another instance abandoned. A lease moves next_attempt_at to the lease
-// expiry and sets a lease_id, so an abandoned lease just makes the row due again.
+// and rows whose lease another instance abandoned. A webhook whose new rows intake left in the
+// database (it held its share) is refilled from its own rows as it frees half of its share.
+// A lease moves next_attempt_at to the lease expiry and sets a lease_id, so an abandoned lease
+// just makes the row due again.
 // PostgreSQL claims with FOR UPDATE SKIP LOCKED; SQLite has a single writer.
 // Also here: parking (deliveries of a disabled webhook wait without attempts) and cancelling
 // the pending deliveries of a removed webhook.
@@ -26,14 +28,26 @@ import {
 
 // A claim looks at this many times as many due rows as it may lease, for the webhooks to take turns.
 const CLAIM_LOOK_AHEAD = 4;
+// The poll's claim on SQLite reads only rows due since its last drained claim (scanFrom), less
+// this margin; every this many polls it reads them all, in case something was missed.
+const SCAN_MARGIN_MS = 1_000;
+const FULL_SCAN_POLLS = 10;
 
 export const ClaimsMixin: DispatcherMixin = {
 	methods: {
-		/** Leases due deliveries up to this instance's free capacity, and hands them to the worker. */
+		/** Reads all due rows now, however old, and claims them up to capacity. */
 		async claimDue(this: DispatcherThis): Promise<void> {
+			this.markBacklog();
+			await this.claimPass();
+		},
+
+		/** One pass: probes, refills, and the claim of all due rows while a backlog may wait. */
+		async claimPass(this: DispatcherThis): Promise<void> {
 			if (this.claimRun || this.stopping) return;
 			this.claimRun = this.claimUntilFull().finally(() => {
 				this.claimRun = null;
+				// Asked for while this pass was past its refills.
+				if (this.refills.size > 0) this.claimSoon();
 			});
 			await this.claimRun;
 		},
@@ -45,21 +59,26 @@ export const ClaimsMixin: DispatcherMixin = {
 					// endpoint that recovered is noticed, so it must not wait until the instance has room,
 					// nor behind other webhooks' rows.
 					for (const { webhookId, probeDue } of this.breakers.open(Date.now())) {
-						if (probeDue && !this.heldByWebhook.has(webhookId)) this.takeClaimed(await this.claimProbe(webhookId));
+						if (probeDue && !this.heldByWebhook.has(webhookId)) this.takeClaimed(await this.claimRowsOf(webhookId, 1));
 					}
+					await this.claimRefills();
+					if (!this.backlog) return;
 					const room = this.roomLeft();
-					if (room <= 0) {
-						this.backlog = true;
-						return;
-					}
+					if (room <= 0) return;
 					const limit = Math.min(room, MAX_CLAIM_BATCH);
 					const seqBefore = this.claimSeq;
-					const { leased, filledWebhooks } = this.takeClaimed(await this.claimBatch(limit));
+					const startedAt = Date.now();
+					const { leased, filledWebhooks } = this.takeClaimed(await this.claimBatch(limit, this.scanFrom));
 					// Fewer than asked, and no webhook stopped at its share: nothing else is due (for
-					// now: the webhooks at their share are claimed for again as they free up).
+					// now: the webhooks at their share are refilled as they free up).
 					if (leased.length === 0 || (leased.length < limit && filledWebhooks.length === 0)) {
 						if (this.releaseDrained(seqBefore)) {
 							this.backlog = false;
+							// What a drained claim left due was excluded webhooks' piles, which refills take
+							// by their own index. PostgreSQL reads past them in its own process; SQLite reads
+							// on this event loop, and a slow neighbour's pile made the poll's claim grow
+							// from 6 to 20 ms within 25 s.
+							if (!isPostgres(this.db)) this.scanFrom = startedAt - SCAN_MARGIN_MS;
 							return;
 						}
 					}
@@ -70,6 +89,35 @@ export const ClaimsMixin: DispatcherMixin = {
 				}
 			} catch (err) {
 				this.logger.error("Claiming due deliveries failed; will try again at the next poll", err);
+			}
+		},
+
+		/**
+		 * Claims, for each webhook asked for (requestRefill), its own oldest rows up to its share,
+		 * through its own index. A webhook with a slow receiver is refilled this way every half
+		 * share; the claim of all due rows would read past every excluded pile to find them.
+		 */
+		async claimRefills(this: DispatcherThis): Promise<void> {
+			// Those asked for from here on wait for the next pass (a turn of the event loop later).
+			const asked = [...this.refills];
+			this.refills.clear();
+			for (const webhookId of asked) {
+				if (!this.waitingWebhooks.has(webhookId) || this.breakers.isOpen(webhookId)) continue;
+				const room = Math.min(this.webhookShare() - (this.heldByWebhook.get(webhookId) ?? 0), this.roomLeft(), MAX_CLAIM_BATCH);
+				if (room <= 0) {
+					// The instance is full: the claim of all due rows takes them once it has room.
+					if (this.roomLeft() <= 0) {
+						this.backlog = true;
+						this.scanFrom = null;
+					}
+					continue;
+				}
+				const seqBefore = this.claimSeq;
+				const { leased } = this.takeClaimed(await this.claimRowsOf(webhookId, room));
+				if (leased.length === room) continue;
+				// Drained, unless intake left rows of it while the statement ran: then once more.
+				if ((this.unleasedAt.get(webhookId) ?? 0) > seqBefore) this.refills.add(webhookId);
+				else this.stopWaiting(webhookId);
 			}
 		},
 
@@ -89,8 +137,7 @@ export const ClaimsMixin: DispatcherMixin = {
 					raced = true;
 					continue;
 				}
-				this.waitingWebhooks.delete(webhookId);
-				this.unleasedAt.delete(webhookId);
+				this.stopWaiting(webhookId);
 			}
 			return !raced;
 		},
@@ -114,9 +161,9 @@ export const ClaimsMixin: DispatcherMixin = {
 		 * slow or failing receiver with a pile of due retries could take every lease of one claim,
 		 * and the healthy webhooks' deliveries would wait until that pile was worked off.
 		 * Webhooks with an open breaker are left out: their probes are claimed one by one
-		 * (claimProbe), and their piles of due retries would hide other rows from the look-ahead.
+		 * (claimRowsOf), and their piles of due retries would hide other rows from the look-ahead.
 		 */
-		async claimBatch(this: DispatcherThis, limit: number): Promise<ClaimedBatch> {
+		async claimBatch(this: DispatcherThis, limit: number, dueSince: number | null = null): Promise<ClaimedBatch> {
 			const now = Date.now();
 			const leaseId = crypto.randomUUID();
 			const leaseExpiresAt = now + this.config.DELIVERY_LEASE;
@@ -132,6 +179,7 @@ export const ClaimsMixin: DispatcherMixin = {
 			const exclude = saturated.length ? `AND webhook_id NOT IN (${saturated.map(() => "?").join(", ")})` : "";
 			const roomOf = partly.length ? `CASE webhook_id ${partly.map(() => "WHEN ? THEN CAST(? AS integer)").join(" ")} ELSE CAST(? AS integer) END` : "CAST(? AS integer)";
 			const skipLocked = isPostgres(this.db) ? "FOR UPDATE SKIP LOCKED" : "";
+			const since = dueSince === null ? "" : "AND next_attempt_at > ?";
 			// The due rows are picked once, in a materialised CTE: PostgreSQL may re-run a plain
 			// `IN (SELECT … LIMIT n FOR UPDATE SKIP LOCKED)` subquery and so claim more than n.
 			// More rows than the limit are looked at, and the webhooks take turns among them (each
@@ -139,7 +187,7 @@ export const ClaimsMixin: DispatcherMixin = {
 			const result = await this.db.raw(
 				`WITH due AS MATERIALIZED (
 					SELECT id, webhook_id, next_attempt_at FROM deliveries
-					WHERE status = 'pending' AND next_attempt_at <= ? ${exclude}
+					WHERE status = 'pending' AND next_attempt_at <= ? ${since} ${exclude}
 					ORDER BY next_attempt_at
 					LIMIT ? ${skipLocked}
 				),
@@ -152,7 +200,7 @@ export const ClaimsMixin: DispatcherMixin = {
 				UPDATE deliveries SET lease_id = ?, next_attempt_at = ?
 				WHERE id IN (SELECT id FROM chosen)
 				RETURNING ${CLAIMED_COLUMNS}`,
-				[new Date(now).toISOString(), ...saturated, limit * CLAIM_LOOK_AHEAD, ...partly.flat(), share, limit, leaseId, new Date(leaseExpiresAt).toISOString()],
+				[new Date(now).toISOString(), ...(dueSince === null ? [] : [new Date(dueSince).toISOString()]), ...saturated, limit * CLAIM_LOOK_AHEAD, ...partly.flat(), share, limit, leaseId, new Date(leaseExpiresAt).toISOString()],
 			);
 			const rows = rowsOf<ClaimedRow>(result);
 			if (rows.length === 0) return { leased: [], filledWebhooks: [] };
@@ -166,23 +214,26 @@ export const ClaimsMixin: DispatcherMixin = {
 		},
 
 		/**
-		 * One due row of a webhook whose breaker is open: its probe, the row due longest, so that
-		 * never-attempted rows are not passed over by retries. A statement of its own: within the
-		 * main claim (a look-ahead sorted with every webhook's rows), a probe took 20-86 ms on SQLite.
+		 * A webhook's oldest due rows, by its own index: a refill, or (limit 1) the probe of an
+		 * open breaker, the row due longest, so that never-attempted rows are not passed over by
+		 * retries. A statement of its own: within the main claim (a look-ahead sorted with every
+		 * webhook's rows), a probe took 20-86 ms on SQLite.
 		 */
-		async claimProbe(this: DispatcherThis, webhookId: string): Promise<ClaimedBatch> {
+		async claimRowsOf(this: DispatcherThis, webhookId: string, limit: number): Promise<ClaimedBatch> {
 			const now = Date.now();
 			const leaseId = crypto.randomUUID();
 			const leaseExpiresAt = now + this.config.DELIVERY_LEASE;
 			const skipLocked = isPostgres(this.db) ? "FOR UPDATE SKIP LOCKED" : "";
+			// Materialised for the reason given in claimBatch.
 			const result = await this.db.raw(
-				`UPDATE deliveries SET lease_id = ?, next_attempt_at = ?
-				WHERE id = (
+				`WITH chosen AS MATERIALIZED (
 					SELECT id FROM deliveries WHERE webhook_id = ? AND status = 'pending' AND next_attempt_at <= ?
-					ORDER BY next_attempt_at LIMIT 1 ${skipLocked}
+					ORDER BY next_attempt_at, id LIMIT ? ${skipLocked}
 				)
+				UPDATE deliveries SET lease_id = ?, next_attempt_at = ?
+				WHERE id IN (SELECT id FROM chosen)
 				RETURNING ${CLAIMED_COLUMNS}`,
-				[leaseId, new Date(leaseExpiresAt).toISOString(), webhookId, new Date(now).toISOString()],
+				[webhookId, new Date(now).toISOString(), limit, leaseId, new Date(leaseExpiresAt).toISOString()],
 			);
 			return { leased: await this.withBodies(rowsOf<ClaimedRow>(result), leaseId, leaseExpiresAt), filledWebhooks: [] };
 		},
@@ -216,23 +267,45 @@ export const ClaimsMixin: DispatcherMixin = {
 			this.claimQueued = true;
 			setImmediate(() => {
 				this.claimQueued = false;
-				void this.claimDue();
+				void this.claimPass();
 			});
 		},
 
 		/** Due rows were added or freed: a claim now, and one more if a claim running now misses them. */
 		requestClaim(this: DispatcherThis): void {
+			this.markBacklog();
+			this.claimSoon();
+		},
+
+		markBacklog(this: DispatcherThis): void {
 			this.claimSeq += 1;
 			this.requestedAt = this.claimSeq;
 			this.backlog = true;
+			this.scanFrom = null;
+		},
+
+		/** A waiting webhook has half its share free: claim its own rows, not all due rows. */
+		requestRefill(this: DispatcherThis, webhookId: string): void {
+			this.refills.add(webhookId);
 			this.claimSoon();
+		},
+
+		/** The webhook has no rows left for a claim: intake may lease its new rows again. */
+		stopWaiting(this: DispatcherThis, webhookId: string): void {
+			this.waitingWebhooks.delete(webhookId);
+			this.unleasedAt.delete(webhookId);
 		},
 
 		schedulePoll(this: DispatcherThis): void {
 			if (this.stopping) return;
 			this.pollTimer = setTimeout(async () => {
 				this.polls += 1;
-				await this.claimDue();
+				// Retries come due by the clock: the poll claims whatever became due since its last claim.
+				if (this.polls % FULL_SCAN_POLLS === 0) await this.claimDue();
+				else {
+					this.backlog = true;
+					await this.claimPass();
+				}
 				if (this.polls % PARKED_RECHECK_POLLS === 0) {
 					await this.recheckParked();
 					// Entries are only dropped when read; without this, every webhook ever seen would stay.

@@ -263,9 +263,8 @@ export const IntakeMixin: DispatcherMixin = {
 			for (const eventId of inserted) deliveriesOf.set(eventId, 0);
 			const leased: LeasedDelivery[] = [];
 			// Rows left unleased wait for a claim, and their webhook waits with them (no new row of it
-			// is leased before they are). A claim is worth running now only for a webhook with half
-			// its share free; one holding more is claimed for as it crosses half (see releaseHold).
-			let claimNow = false;
+			// is leased before they are). A refill is worth running now only for a webhook with half
+			// its share free; one holding more is refilled as it crosses half (see releaseHold).
 			let leftForClaims = false;
 			for (const { eventId, webhookId, delivery } of planned) {
 				if (!inserted.has(eventId)) {
@@ -280,7 +279,7 @@ export const IntakeMixin: DispatcherMixin = {
 					this.waitingWebhooks.add(webhookId);
 					this.unleasedAt.set(webhookId, this.claimSeq + 1);
 					leftForClaims = true;
-					if (this.wantsClaim(webhookId)) claimNow = true;
+					if (this.wantsClaim(webhookId)) this.refills.add(webhookId);
 				}
 			}
 			if (leftForClaims) this.claimSeq += 1;
@@ -291,7 +290,7 @@ export const IntakeMixin: DispatcherMixin = {
 				for (const subscriber of subscribers) this.cacheTarget(subscriber.id, targetOf(subscriber, true));
 			}
 			for (const delivery of leased) this.enqueue(delivery);
-			if (claimNow) this.requestClaim();
+			if (this.refills.size > 0) this.claimSoon();
 			this.pump();
 
 			const answered = new Set<string>();

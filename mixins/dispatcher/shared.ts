@@ -216,6 +216,13 @@ export type DispatcherThis = DbServiceThis & {
 	 * claimed for once half of their share is free, not on every change elsewhere.
 	 */
 	waitingWebhooks: Set<string>;
+	/**
+	 * SQLite: the claim of all due rows reads only rows due after this (epoch ms), since what a
+	 * drained claim left due before it was excluded webhooks' piles; null reads all due rows.
+	 */
+	scanFrom: number | null;
+	/** Waiting webhooks with half their share free, to be claimed for by their own rows (claimRefills). */
+	refills: Set<string>;
 	pollTimer: NodeJS.Timeout | null;
 	polls: number;
 	metrics: {
@@ -254,13 +261,18 @@ export type DispatcherThis = DbServiceThis & {
 	// claims.mixin.ts
 	claimDue(): Promise<void>;
 	claimUntilFull(): Promise<void>;
-	claimBatch(limit: number): Promise<ClaimedBatch>;
+	claimBatch(limit: number, dueSince?: number | null): Promise<ClaimedBatch>;
 	releaseDrained(seqBefore: number): boolean;
-	claimProbe(webhookId: string): Promise<ClaimedBatch>;
+	claimPass(): Promise<void>;
+	claimRefills(): Promise<void>;
+	claimRowsOf(webhookId: string, limit: number): Promise<ClaimedBatch>;
 	withBodies(rows: ClaimedRow[], leaseId: string, leaseExpiresAt: number): Promise<LeasedDelivery[]>;
 	takeClaimed(batch: ClaimedBatch): ClaimedBatch;
 	claimSoon(): void;
 	requestClaim(): void;
+	markBacklog(): void;
+	requestRefill(webhookId: string): void;
+	stopWaiting(webhookId: string): void;
 	schedulePoll(): void;
 	recheckParked(): Promise<void>;
 	resumeParked(webhookId: string): Promise<void>;

@@ -46,8 +46,7 @@ export const WorkerMixin: DispatcherMixin = {
 				if (typeof id !== "string") return;
 				this.cacheTarget(id, null);
 				this.breakers.forget(id);
-				this.waitingWebhooks.delete(id);
-				this.unleasedAt.delete(id);
+				this.stopWaiting(id);
 				const cancelled = await this.cancelPending(id).catch(err => {
 					this.logger.error(`Could not cancel deliveries of removed webhook ${id}`, err);
 					return 0;
@@ -99,8 +98,8 @@ export const WorkerMixin: DispatcherMixin = {
 			const left = (this.heldByWebhook.get(webhookId) ?? 1) - 1;
 			if (left > 0) this.heldByWebhook.set(webhookId, left);
 			else this.heldByWebhook.delete(webhookId);
-			// Once, as the webhook crosses to half its share: one claim per half share sent, not one per attempt.
-			if (left === Math.floor(this.webhookShare() / 2) && this.waitingWebhooks.has(webhookId)) this.requestClaim();
+			// Once, as the webhook crosses to half its share: one refill per half share sent, not one per attempt.
+			if (left === Math.floor(this.webhookShare() / 2) && this.waitingWebhooks.has(webhookId)) this.requestRefill(webhookId);
 		},
 
 		enqueue(this: DispatcherThis, delivery: LeasedDelivery): void {
@@ -234,14 +233,13 @@ export const WorkerMixin: DispatcherMixin = {
 			const change = this.breakers.record(webhookId, success, Date.now());
 			if (change === "opened") {
 				const returned = this.returnQueued(webhookId);
-				this.waitingWebhooks.delete(webhookId);
-				this.unleasedAt.delete(webhookId);
+				this.stopWaiting(webhookId);
 				this.logger.warn(`Webhook ${webhookId}: ${BREAKER.openAfter} attempts in a row failed; one probe attempt a second until one succeeds (${returned} queued deliveries wait in the database meanwhile)`);
 			} else if (change === "closed") {
 				this.logger.info(`Webhook ${webhookId} answers again: its waiting deliveries resume`);
 				// Its pile goes first: intake leases none of its new rows until a claim has taken it.
 				this.waitingWebhooks.add(webhookId);
-				this.requestClaim();
+				this.requestRefill(webhookId);
 			}
 		},
 
