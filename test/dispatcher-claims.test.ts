@@ -15,6 +15,7 @@ const HEALTHY = "22222222-2222-4222-8222-222222222222";
 const DISABLED = "33333333-3333-4333-8333-333333333333";
 const REFILLED = "44444444-4444-4444-8444-444444444444";
 const LATE = "55555555-5555-4555-8555-555555555555";
+const CROWDED = "66666666-6666-4666-8666-666666666666";
 
 interface ClaimingService {
 	claimBatch(limit: number, dueSince?: number | null): Promise<ClaimedBatch>;
@@ -27,6 +28,12 @@ interface ClaimingService {
 	heldByWebhook: Map<string, number>;
 	scanFrom: number | null;
 	polls: number;
+	held: number;
+	backlog: boolean;
+	waitingWebhooks: Set<string>;
+	refills: Set<string>;
+	roomLeft(): number;
+	claimRefills(): Promise<void>;
 }
 
 const inactiveTarget = (id: string): Target => ({ id, url: "https://receiver.example/hook", active: false, secrets: [generateWebhookSecret()], previousSecretExpiresAt: null, headers: {} });
@@ -146,6 +153,28 @@ describe.each(testDatabases())("claims on %s", database => {
 		// The row due in a minute stays where it is.
 		expect(rest.leased.map(delivery => delivery.id)).toEqual(oldestFirst.slice(4, 10).sort());
 		expect(await stack.db("deliveries").where({ webhook_id: REFILLED }).whereNull("lease_id").pluck("id")).toEqual([oldestFirst[10]]);
+	});
+
+	it("leaves what a refill had no room for to the claim of all due rows", async () => {
+		// The webhook is refilled as it crosses half its share; one refilled below half for want of
+		// room in the instance would not cross it again, and its rows would wait for a full poll.
+		await seedDue(stack.db, CROWDED, 10, 1_000);
+		dispatcher.cacheTarget(CROWDED, inactiveTarget(CROWDED));
+		const crowd = dispatcher.roomLeft() - 4;
+		dispatcher.held += crowd;
+		try {
+			dispatcher.waitingWebhooks.add(CROWDED);
+			dispatcher.backlog = false;
+			dispatcher.scanFrom = Date.now();
+			dispatcher.refills.add(CROWDED);
+			await dispatcher.claimRefills();
+			const untouched = await stack.db("deliveries").where({ webhook_id: CROWDED }).whereNull("lease_id").where("parked", false).count({ count: "*" });
+			expect(Number(untouched[0].count)).toBe(6);
+			expect(dispatcher.backlog).toBe(true);
+			expect(dispatcher.scanFrom).toBeNull();
+		} finally {
+			dispatcher.held -= crowd;
+		}
 	});
 });
 

@@ -103,18 +103,22 @@ export const ClaimsMixin: DispatcherMixin = {
 			this.refills.clear();
 			for (const webhookId of asked) {
 				if (!this.waitingWebhooks.has(webhookId) || this.breakers.isOpen(webhookId)) continue;
-				const room = Math.min(this.webhookShare() - (this.heldByWebhook.get(webhookId) ?? 0), this.roomLeft(), MAX_CLAIM_BATCH);
-				if (room <= 0) {
-					// The instance is full: the claim of all due rows takes them once it has room.
-					if (this.roomLeft() <= 0) {
-						this.backlog = true;
-						this.scanFrom = null;
-					}
-					continue;
+				const shareLeft = this.webhookShare() - (this.heldByWebhook.get(webhookId) ?? 0);
+				if (this.roomLeft() < shareLeft) {
+					// The instance is nearly full: what this refill cannot take, the claim of all due
+					// rows takes once there is room (the webhook may not cross half its share again).
+					this.backlog = true;
+					this.scanFrom = null;
 				}
+				const room = Math.min(shareLeft, this.roomLeft(), MAX_CLAIM_BATCH);
+				if (room <= 0) continue;
 				const seqBefore = this.claimSeq;
 				const { leased } = this.takeClaimed(await this.claimRowsOf(webhookId, room));
-				if (leased.length === room) continue;
+				if (leased.length === room) {
+					// Stopped at the statement's limit, below the share: the rest at the next pass.
+					if (room < shareLeft && room === MAX_CLAIM_BATCH) this.refills.add(webhookId);
+					continue;
+				}
 				// Drained, unless intake left rows of it while the statement ran: then once more.
 				if ((this.unleasedAt.get(webhookId) ?? 0) > seqBefore) this.refills.add(webhookId);
 				else this.stopWaiting(webhookId);
