@@ -279,7 +279,7 @@ export const IntakeMixin: DispatcherMixin = {
 					this.waitingWebhooks.add(webhookId);
 					this.unleasedAt.set(webhookId, this.claimSeq + 1);
 					leftForClaims = true;
-					if (this.wantsClaim(webhookId)) this.refills.add(webhookId);
+					if (this.wantsRefill(webhookId)) this.refills.add(webhookId);
 				}
 			}
 			if (leftForClaims) this.claimSeq += 1;

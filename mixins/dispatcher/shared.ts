@@ -244,7 +244,7 @@ export type DispatcherThis = DbServiceThis & {
 	takeLease(webhookId: string): boolean;
 	webhookShare(): number;
 	roomLeft(): number;
-	wantsClaim(webhookId: string): boolean;
+	wantsRefill(webhookId: string): boolean;
 	releaseHold(webhookId: string): void;
 	enqueue(delivery: LeasedDelivery): void;
 	pump(): void;

@@ -88,8 +88,8 @@ export const WorkerMixin: DispatcherMixin = {
 			return this.config.DELIVERY_CONCURRENCY * INSTANCE_LEASE_FACTOR - this.held;
 		},
 
-		/** Whether rows the webhook left in the database are worth a claim now: half its share is free. */
-		wantsClaim(this: DispatcherThis, webhookId: string): boolean {
+		/** Whether rows the webhook left in the database are worth a refill now: half its share is free. */
+		wantsRefill(this: DispatcherThis, webhookId: string): boolean {
 			return (this.heldByWebhook.get(webhookId) ?? 0) <= this.webhookShare() / 2;
 		},
 
