@@ -120,7 +120,7 @@ export const ClaimsMixin: DispatcherMixin = {
 					continue;
 				}
 				// Drained, unless intake left rows of it while the statement ran: then once more.
-				if ((this.unleasedAt.get(webhookId) ?? 0) > seqBefore) this.refills.add(webhookId);
+				if (this.leftRowsSince(webhookId, seqBefore)) this.refills.add(webhookId);
 				else this.stopWaiting(webhookId);
 			}
 		},
@@ -137,7 +137,7 @@ export const ClaimsMixin: DispatcherMixin = {
 			for (const webhookId of this.waitingWebhooks) {
 				// At its share it was left out of the claim; with an open breaker it waits for probes.
 				if ((this.heldByWebhook.get(webhookId) ?? 0) >= share || this.breakers.isOpen(webhookId)) continue;
-				if ((this.unleasedAt.get(webhookId) ?? 0) > seqBefore) {
+				if (this.leftRowsSince(webhookId, seqBefore)) {
 					raced = true;
 					continue;
 				}
@@ -292,6 +292,11 @@ export const ClaimsMixin: DispatcherMixin = {
 		requestRefill(this: DispatcherThis, webhookId: string): void {
 			this.refills.add(webhookId);
 			this.claimSoon();
+		},
+
+		/** Whether intake left rows of the webhook in the database after claimSeq was at `seq`. */
+		leftRowsSince(this: DispatcherThis, webhookId: string, seq: number): boolean {
+			return (this.unleasedAt.get(webhookId) ?? 0) > seq;
 		},
 
 		/** The webhook has no rows left for a claim: intake may lease its new rows again. */

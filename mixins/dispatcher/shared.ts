@@ -272,6 +272,7 @@ export type DispatcherThis = DbServiceThis & {
 	requestClaim(): void;
 	markBacklog(): void;
 	requestRefill(webhookId: string): void;
+	leftRowsSince(webhookId: string, seq: number): boolean;
 	stopWaiting(webhookId: string): void;
 	schedulePoll(): void;
 	recheckParked(): Promise<void>;
