@@ -18,6 +18,7 @@ import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import https from "node:https";
+import { createSecureContext } from "node:tls";
 import type { IncomingHttpHeaders, IncomingMessage, ServerResponse } from "node:http";
 import type { Socket } from "node:net";
 import selfsigned from "selfsigned";
@@ -81,9 +82,13 @@ interface Certificate {
 
 let certificate: Certificate | undefined;
 
-/** One certificate per test file: generating RSA keys in JavaScript takes a moment. */
+/**
+ * One certificate per test file: generating RSA keys in JavaScript takes a moment. Now and then
+ * OpenSSL will not load what selfsigned (node-forge) generated: a CI run failed in
+ * https.createServer with "asn1 encoding routines::illegal padding". Such a pair is drawn again.
+ */
 export function testCertificate(): Certificate {
-	if (!certificate) {
+	for (let draw = 1; !certificate; draw += 1) {
 		const generated = selfsigned.generate([{ name: "commonName", value: "localhost" }], {
 			keySize: 2048,
 			days: 2,
@@ -102,7 +107,13 @@ export function testCertificate(): Certificate {
 				},
 			],
 		});
-		certificate = { key: generated.private, cert: generated.cert };
+		try {
+			// What https.createServer does with them.
+			createSecureContext({ key: generated.private, cert: generated.cert });
+			certificate = { key: generated.private, cert: generated.cert };
+		} catch (err) {
+			if (draw >= 5) throw err;
+		}
 	}
 	return certificate;
 }
