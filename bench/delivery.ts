@@ -503,12 +503,14 @@ async function neighboursScenario(healthyUrls: string[], neighbourUrls: string[]
 			const slowBefore = receivers.slow;
 			const failBefore = receivers.fail;
 			const rate = await throughput(deployment, receivers, EVENTS);
+			// Counted here: the latency rounds below keep the neighbours answering.
+			const neighbourAnswers = { slow: receivers.slow - slowBefore, failing: receivers.fail - failBefore };
 			const perSecond = eventsPerSecond ?? (OFFERED ?? rate / 2) / healthyUrls.length;
 			// Steady state only, so the rounds can share the deployment.
 			const rounds: LatencyRound[] = [];
 			for (let turn = 0; turn < LATENCY_ROUNDS; turn++) rounds.push(await latency(deployment.send, deployment.dispatchers, receivers, perSecond, healthyUrls.length));
 			const { steady, lost, rounds_p99_ms } = pooled(rounds);
-			return { healthy_deliveries_per_s: round(rate), steady, steady_rounds_p99_ms: rounds_p99_ms.steady, lost, neighbour_answers_during_throughput: { slow: receivers.slow - slowBefore, failing: receivers.fail - failBefore }, perSecond };
+			return { healthy_deliveries_per_s: round(rate), steady, steady_rounds_p99_ms: rounds_p99_ms.steady, lost, neighbour_answers_during_throughput: neighbourAnswers, perSecond };
 		} finally {
 			await deployment.stop();
 		}
