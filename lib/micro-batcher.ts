@@ -57,6 +57,22 @@ export class MicroBatcher<Item, Result> {
 		});
 	}
 
+	/**
+	 * Hands the items that wait for the next batch to another writer, which must settle each one
+	 * (in order) once it has handled them, or fail them all.
+	 */
+	takeWaiting(): { items: Item[]; settle(results: Result[]): void; fail(error: unknown): void } | null {
+		if (this.queue.length === 0) return null;
+		const taken = this.queue.splice(0, this.maxBatch);
+		return {
+			items: taken.map(pending => pending.item),
+			settle: results => taken.forEach((pending, index) => pending.resolve(results[index])),
+			fail: error => {
+				for (const pending of taken) pending.reject(error);
+			},
+		};
+	}
+
 	/** Resolves once every item added so far has been handled. */
 	async drain(): Promise<void> {
 		while (this.running || this.scheduled || this.queue.length > 0) {

@@ -91,6 +91,28 @@ describe("MicroBatcher", () => {
 		expect(batcher.size).toBe(0);
 	});
 
+	it("hands the waiting items to another writer, which answers or fails them; the batch it took them from runs empty", async () => {
+		const batches: number[][] = [];
+		const batcher = new MicroBatcher<number, number>(async items => {
+			batches.push(items);
+			return items;
+		}, 2, 20);
+		const answered = [1, 2, 3].map(item => batcher.add(item));
+		const taken = batcher.takeWaiting()!;
+		// At most maxBatch, oldest first; the rest stays for the batcher's own batch.
+		expect(taken.items).toEqual([1, 2]);
+		taken.settle([10, 20]);
+		await expect(Promise.all(answered)).resolves.toEqual([10, 20, 3]);
+		expect(batches).toEqual([[3]]);
+
+		const failing = batcher.add(4);
+		batcher.takeWaiting()!.fail(new Error("transaction rolled back"));
+		await expect(failing).rejects.toThrow("transaction rolled back");
+		await batcher.drain();
+		expect(batches).toEqual([[3]]);
+		expect(batcher.takeWaiting()).toBeNull();
+	});
+
 	/** A batcher that records its batches, and two items added 5 ms apart. */
 	const recording = (lingerMs: number, busyLinger?: BusyLinger) => {
 		const batches: string[][] = [];

@@ -306,9 +306,25 @@ export const IntakeMixin: DispatcherMixin = {
 		/**
 		 * Writes the messages whose event_id is new and the deliveries of those, atomically; returns
 		 * the event_ids that were new. PostgreSQL: one prepared statement whatever the batch size.
+		 * SQLite: one transaction, which also writes the results waiting for their own batch.
 		 */
 		async writeEvents(this: DispatcherThis, messages: MessageRow[], deliveries: NewDeliveryRow[]): Promise<Set<string>> {
-			if (!isPostgres(this.db)) return inSqliteTransaction(this.db, connection => insertEventsSqlite(connection, messages, deliveries));
+			if (!isPostgres(this.db)) {
+				// Results waiting for their batch ride along: one commit for both.
+				const results = this.takeWaitingResults();
+				try {
+					const inserted = await inSqliteTransaction(this.db, connection => {
+						const newEvents = insertEventsSqlite(connection, messages, deliveries);
+						results?.write(connection);
+						return newEvents;
+					});
+					results?.committed();
+					return inserted;
+				} catch (err) {
+					results?.failed(err);
+					throw err;
+				}
+			}
 			const values = [...columnArrays(messages, MESSAGE_VALUES), ...columnArrays(deliveries, DELIVERY_VALUES)];
 			return new Set((await runPrepared<{ event_id: string }>(this.db, INSERT_EVENTS_POSTGRES, values)).map(row => row.event_id));
 		},

@@ -1,7 +1,9 @@
 // Dispatcher results: what an attempt's outcome means for its delivery (succeeded, retry at the
 // next time of the persisted schedule, or failed) and how it is written back. The worker's slot
 // is freed at once; the write joins a micro-batch (`this.results`) that updates the deliveries
-// and inserts their attempts in one transaction (SQLite) or one statement (PostgreSQL). Each update is guarded by the delivery's
+// and inserts their attempts in one transaction (SQLite) or one statement (PostgreSQL); on SQLite
+// an intake batch that commits first takes the waiting results into its own transaction
+// (takeWaitingResults). Each update is guarded by the delivery's
 // lease_id, so a worker whose lease was lost (taken over, cancelled, retried by hand) writes
 // nothing. A row parked while its attempt was in flight (the webhook was disabled meanwhile)
 // stays parked unless the attempt finished it: its retry waits for the webhook to be enabled.
@@ -13,6 +15,7 @@ import { honourRetryAfter } from "../../lib/retry-after";
 import type { DeliveryOutcome } from "../../lib/webhook-sender";
 import {
 	DEPENDENCY_RETRY_MS,
+	type RidingResults,
 	type DeliveryUpdate,
 	type DispatcherMixin,
 	type DispatcherThis,
@@ -215,6 +218,25 @@ export const ResultsMixin: DispatcherMixin = {
 				matched = await inSqliteTransaction(this.db, connection => writeResultsSqlite(connection, updates, now));
 			}
 			return updates.map(update => matched.has(update.delivery.id));
+		},
+
+		/**
+		 * SQLite: the results waiting for their batch, for intake to write in its own transaction.
+		 * Each commit writes every page it changed, and a result changes the same pages as the
+		 * intake of its webhook's next delivery (the indexes that start with webhook_id); in a
+		 * profile COMMIT alone was 20-23 % of the main thread, more than all statements together.
+		 */
+		takeWaitingResults(this: DispatcherThis): RidingResults | null {
+			const waiting = this.results.takeWaiting();
+			if (!waiting) return null;
+			let matched = new Set<string>();
+			return {
+				write: connection => {
+					matched = writeResultsSqlite(connection, waiting.items, nowIso());
+				},
+				committed: () => waiting.settle(waiting.items.map(update => matched.has(update.delivery.id))),
+				failed: error => waiting.fail(error),
+			};
 		},
 
 	},

@@ -5,6 +5,7 @@ import type { Context, ServiceSchema, ServiceSettingSchema } from "moleculer";
 import type { Knex } from "knex";
 import type { DbServiceThis } from "../db.mixin";
 import type { MicroBatcher } from "../../lib/micro-batcher";
+import type { SqliteConnection } from "../../lib/sqlite-statements";
 import type { SubscriberCache } from "../../lib/subscriber-cache";
 import type { EndpointBreakers } from "../../lib/endpoint-breaker";
 import type { counter, histogram } from "../../lib/metrics";
@@ -258,6 +259,7 @@ export type DispatcherThis = DbServiceThis & {
 	afterAttempt(delivery: LeasedDelivery, outcome: DeliveryOutcome): DeliveryUpdate;
 	finish(delivery: LeasedDelivery, change: Omit<DeliveryUpdate, "delivery">): void;
 	writeUpdates(updates: DeliveryUpdate[]): Promise<boolean[]>;
+	takeWaitingResults(): RidingResults | null;
 	// claims.mixin.ts
 	claimDue(): Promise<void>;
 	claimUntilFull(): Promise<void>;
@@ -293,6 +295,16 @@ export type DispatcherThis = DbServiceThis & {
 	ownedDelivery(ctx: Context<DeliveryParams, TenantMeta>): Promise<DeliveryRow>;
 	present(row: DeliveryRow): Delivery;
 };
+
+/** SQLite: results taken from their batcher to be written in another writer's transaction. */
+export interface RidingResults {
+	/** Inside the transaction. */
+	write(connection: SqliteConnection): void;
+	/** After the commit: each result is answered whether its lease still held. */
+	committed(): void;
+	/** The transaction failed: the results are failed too, and their writers try again. */
+	failed(error: unknown): void;
+}
 
 /** A part of the dispatcher: its actions, events and methods, all run with `this` a dispatcher. */
 export type DispatcherMixin = Partial<ServiceSchema<ServiceSettingSchema, DispatcherThis>>;
