@@ -125,8 +125,9 @@ describe.each(testDatabases())("an open breaker's probes while a slow webhook ho
 		await waitUntil(() => env.received(dead).length, count => count >= BREAKER.openAfter, "the dead endpoint to fail enough to open");
 
 		// The slow webhook's deliveries take every lease of the instance (and more wait in the
-		// database) for about 12 s.
-		const SLOW_EVENTS = BUDGET + 60;
+		// database) for about 18 s: one at a time, 100 ms each. With 12 s, publishing them on a slow
+		// machine took long enough that 61 were answered by the end of the window below.
+		const SLOW_EVENTS = BUDGET + 120;
 		for (let i = 0; i < SLOW_EVENTS; i++) await env.stack.app.broker.call("dispatcher.publish", orderEvent(busy));
 		// Refilled by a claim whenever it is down to half.
 		expect(dispatcher.held).toBeGreaterThanOrEqual(BUDGET / 2);
