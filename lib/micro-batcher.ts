@@ -110,13 +110,11 @@ export class MicroBatcher<Item, Result> {
 	}
 
 	private async runBatches(): Promise<void> {
-		while (this.queue.length > 0) {
-			const batch = this.queue.splice(0, this.maxBatch);
+		for (let batch = this.takeWaiting(); batch; batch = this.takeWaiting()) {
 			try {
-				const results = await this.handle(batch.map(pending => pending.item));
-				batch.forEach((pending, index) => pending.resolve(results[index]));
+				batch.settle(await this.handle(batch.items));
 			} catch (error) {
-				for (const pending of batch) pending.reject(error);
+				batch.fail(error);
 			}
 		}
 	}
