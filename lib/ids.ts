@@ -32,3 +32,9 @@ export function timeOrderedUuid(now = Date.now()): string {
 	const time = lastMs.toString(16).padStart(12, "0");
 	return `${time.slice(0, 8)}-${time.slice(8, 12)}-7${counter.toString(16).padStart(3, "0")}${random.slice(18)}`;
 }
+
+/** When a time-ordered id was made (Unix ms), or null for an id of another version. */
+export function timeOfOrderedUuid(id: string): number | null {
+	const match = /^([0-9a-f]{8})-([0-9a-f]{4})-7[0-9a-f]{3}-[0-9a-f]{4}-[0-9a-f]{12}$/i.exec(id);
+	return match ? parseInt(match[1] + match[2], 16) : null;
+}

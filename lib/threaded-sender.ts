@@ -11,14 +11,24 @@
 // attempt starts a new thread.
 import path from "node:path";
 import type { Worker } from "node:worker_threads";
+import type { ServiceBroker } from "moleculer";
+import { gaugeReadAtScrape } from "./metrics";
 import { startTypeScriptWorker } from "./typescript-worker";
 import type { DeliveryOutcome, DeliveryRequest, WebhookSenderOptions } from "./webhook-sender";
 
-export type ToSenderThread = { type: "send"; attempts: Array<[number, DeliveryRequest]> } | { type: "close" };
+export type ToSenderThread = { type: "send"; attempts: Array<[number, DeliveryRequest]> } | { type: "loop" } | { type: "close" };
 export type FromSenderThread =
 	| { type: "ready" }
 	| { type: "failed"; message: string }
-	| { type: "outcomes"; outcomes: Array<[number, DeliveryOutcome]> };
+	| { type: "outcomes"; outcomes: Array<[number, DeliveryOutcome]> }
+	| { type: "loop"; figures: SenderLoopFigures };
+
+/** A sender thread's event loop since the previous reading. */
+export interface SenderLoopFigures {
+	delayP99Seconds: number;
+	/** The share of the time the loop was busy, 0..1. */
+	utilization: number;
+}
 
 /** What the dispatcher needs of a sender, in-process or threaded. */
 export interface DeliverySender {
@@ -41,6 +51,7 @@ class SenderThread {
 	private outbox: Array<[number, DeliveryRequest]> = [];
 	private nextId = 1;
 	private closing = false;
+	private loopReaders: Array<(figures: SenderLoopFigures | null) => void> = [];
 
 	constructor(private readonly options: WebhookSenderOptions) {}
 
@@ -54,6 +65,7 @@ class SenderThread {
 				if (message.type === "ready") resolve();
 				else if (message.type === "failed") reject(new Error(message.message));
 				else if (message.type === "outcomes") this.settle(message.outcomes);
+				else if (message.type === "loop") this.loopReaders.shift()?.(message.figures);
 			});
 			worker.once("exit", code => {
 				reject(new Error(`sender thread stopped (exit code ${code}) before it was ready`));
@@ -76,6 +88,16 @@ class SenderThread {
 		this.outbox.push([id, request]);
 		if (this.pending.size === 0) this.worker!.ref();
 		return new Promise((resolve, reject) => this.pending.set(id, { resolve, reject }));
+	}
+
+	/** The thread's event-loop figures since the last reading; null while no thread runs. */
+	loopFigures(): Promise<SenderLoopFigures | null> {
+		if (!this.worker || this.closing) return Promise.resolve(null);
+		const worker = this.worker;
+		return new Promise(resolve => {
+			this.loopReaders.push(resolve);
+			worker.postMessage({ type: "loop" } satisfies ToSenderThread);
+		});
 	}
 
 	/** Lets attempts in flight finish, then ends the thread. */
@@ -108,6 +130,7 @@ class SenderThread {
 		this.worker = null;
 		this.ready = null;
 		this.outbox = [];
+		for (const reader of this.loopReaders.splice(0)) reader(null);
 		const error = new Error(`sender thread stopped (exit code ${code}) with attempts in flight`);
 		for (const attempt of this.pending.values()) attempt.reject(error);
 		this.pending.clear();
@@ -135,10 +158,37 @@ export class ThreadedWebhookSender implements DeliverySender {
 		await Promise.all(this.threads.map(thread => thread.close()));
 	}
 
+	/** Each thread's event-loop figures since the last reading (null for a thread not running). */
+	loopFigures(): Promise<Array<SenderLoopFigures | null>> {
+		return Promise.all(this.threads.map(thread => thread.loopFigures()));
+	}
+
 	private threadIndexOf(url: string): number {
 		if (this.threads.length === 1) return 0;
 		let hash = 0;
 		for (let i = 0; i < url.length; i += 1) hash = (hash * 31 + url.charCodeAt(i)) | 0;
 		return Math.abs(hash) % this.threads.length;
 	}
+}
+
+// Both gauges of one scrape share a reading: each reading restarts the threads' figures.
+const LOOP_READING_MS = 1_000;
+
+/**
+ * The sender threads' event loops as Prometheus gauges, labelled by thread index and read at
+ * scrape time (figures since the previous scrape). The main thread's own are prom-client's
+ * nodejs_eventloop_lag_* metrics.
+ */
+export function publishSenderLoopGauges(broker: ServiceBroker, sender: ThreadedWebhookSender): void {
+	let reading: { at: number; figures: Promise<Array<SenderLoopFigures | null>> } | undefined;
+	const read = () => {
+		if (!reading || Date.now() - reading.at >= LOOP_READING_MS) reading = { at: Date.now(), figures: sender.loopFigures() };
+		return reading.figures;
+	};
+	const publish = (name: string, help: string, pick: (figures: SenderLoopFigures) => number) =>
+		gaugeReadAtScrape(broker, name, help, ["thread"], async gauge => {
+			for (const [index, figures] of (await read()).entries()) if (figures) gauge.set({ thread: String(index) }, pick(figures));
+		});
+	publish("webhook_sender_event_loop_delay_p99_seconds", "99th percentile of a sender thread's event-loop delay since the last scrape", figures => figures.delayP99Seconds);
+	publish("webhook_sender_event_loop_utilization", "Share of the time a sender thread's event loop was busy since the last scrape (0..1)", figures => figures.utilization);
 }

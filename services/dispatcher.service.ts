@@ -30,7 +30,7 @@ import { SubscriberCache } from "../lib/subscriber-cache";
 import { EndpointBreakers } from "../lib/endpoint-breaker";
 import { counter, histogram } from "../lib/metrics";
 import { WebhookSender } from "../lib/webhook-sender";
-import { ThreadedWebhookSender } from "../lib/threaded-sender";
+import { ThreadedWebhookSender, publishSenderLoopGauges } from "../lib/threaded-sender";
 import { BREAKER, LEASE_SAFETY_MS, MAX_INTAKE_BATCH, MAX_RESULT_BATCH, RESULT_LINGER_MS, SQLITE_INTAKE_BUSY_LINGER, TARGET_CACHE_MS, keepSigningUntil, type DispatcherThis } from "../mixins/dispatcher/shared";
 import { IntakeMixin } from "../mixins/dispatcher/intake.mixin";
 import { WorkerMixin } from "../mixins/dispatcher/worker.mixin";
@@ -105,6 +105,13 @@ const DispatcherService: ServiceSchema<ServiceSettingSchema, DispatcherThis> = {
 			attempts: counter(this.broker, "webhook_delivery_attempts_total", "Webhook delivery attempts, by result", ["result"]),
 			deliveries: counter(this.broker, "webhook_deliveries_finished_total", "Webhook deliveries that reached a final status", ["status"]),
 			duration: histogram(this.broker, "webhook_delivery_attempt_seconds", "Duration of webhook delivery attempts", ["result"], [0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 15]),
+			firstAttemptLag: histogram(
+				this.broker,
+				"webhook_delivery_first_attempt_lag_seconds",
+				"Time from a delivery's creation (its event persisted) to the start of its first attempt",
+				[],
+				[0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300],
+			),
 		};
 	},
 
@@ -123,6 +130,7 @@ const DispatcherService: ServiceSchema<ServiceSettingSchema, DispatcherThis> = {
 		} else {
 			const threaded = new ThreadedWebhookSender({ ...senderOptions, threads: this.config.DELIVERY_SENDER_THREADS });
 			await threaded.start();
+			publishSenderLoopGauges(this.broker, threaded);
 			this.sender = threaded;
 		}
 		this.schedulePoll();

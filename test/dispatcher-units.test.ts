@@ -1,8 +1,9 @@
 // The dispatcher's pure helpers: the message body, time-ordered ids, the micro-batcher and the
 // subscriber cache.
+import crypto from "node:crypto";
 import { orderStatusMessage } from "../lib/schemas/deliveries";
 import { TaskingOrderStatusEvent } from "../lib/schemas/events";
-import { timeOrderedUuid } from "../lib/ids";
+import { timeOfOrderedUuid, timeOrderedUuid } from "../lib/ids";
 import { MicroBatcher, type BusyLinger } from "../lib/micro-batcher";
 import { SubscriberCache } from "../lib/subscriber-cache";
 
@@ -44,9 +45,14 @@ describe("timeOrderedUuid", () => {
 		for (const id of ids) expect(id).toMatch(/^[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/);
 		for (let i = 1; i < ids.length; i++) expect(ids[i] > ids[i - 1]).toBe(true);
 		// 10,000 ids take three or four milliseconds of 4,096 counts (the first count starts below 2,048).
-		const millisecondOf = (id: string) => parseInt(id.slice(0, 8) + id.slice(9, 13), 16);
-		expect(millisecondOf(ids.at(-1)!) - 1_800_000_000_000).toBeGreaterThanOrEqual(2);
-		expect(millisecondOf(ids.at(-1)!) - 1_800_000_000_000).toBeLessThanOrEqual(3);
+		expect(timeOfOrderedUuid(ids.at(-1)!)! - 1_800_000_000_000).toBeGreaterThanOrEqual(2);
+		expect(timeOfOrderedUuid(ids.at(-1)!)! - 1_800_000_000_000).toBeLessThanOrEqual(3);
+	});
+
+	it("gives its creation time back, and none for ids of another version or shape", () => {
+		expect(timeOfOrderedUuid(timeOrderedUuid(1_750_000_000_123))).toBe(1_750_000_000_123);
+		expect(timeOfOrderedUuid(timeOrderedUuid(1_750_000_000_123).toUpperCase())).toBe(1_750_000_000_123);
+		for (const other of [crypto.randomUUID(), "", "not-a-uuid", "0192zzzz-0000-7000-8000-000000000000", `${timeOrderedUuid()}x`]) expect(timeOfOrderedUuid(other)).toBeNull();
 	});
 });
 

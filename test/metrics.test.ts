@@ -139,6 +139,28 @@ describe.each(testDatabases())("metrics on %s", database => {
 		await watch("a skipped email", page => (metricValue(page, "email_outbox_emails", { status: "skipped" }) ?? 0) >= 1);
 	});
 
+	it("a delivery's first attempt lag is observed once, not again for its retry; the sender thread's event loop is published", async () => {
+		const before = await scrape();
+		const lagCount = (page: string) => metricValue(page, "webhook_delivery_first_attempt_lag_seconds_count") ?? 0;
+		const attempts = (page: string) => (metricValue(page, "webhook_delivery_attempts_total", { result: "succeeded" }) ?? 0) + (metricValue(page, "webhook_delivery_attempts_total", { result: "failed" }) ?? 0);
+		const owner = await customer();
+		const flaky = await env.createWebhook(owner.token);
+		env.script(flaky, [{ status: 500 }], { status: 200 });
+		await publish(owner);
+		const after = await watch("the retry to succeed", page => (metricValue(page, "webhook_deliveries_finished_total", { status: "succeeded" }) ?? 0) > (metricValue(before, "webhook_deliveries_finished_total", { status: "succeeded" }) ?? 0));
+		expect(env.received(flaky)).toHaveLength(2);
+		expect(attempts(after) - attempts(before)).toBe(2);
+		expect(lagCount(after) - lagCount(before)).toBe(1);
+		expect(metricValue(after, "webhook_delivery_first_attempt_lag_seconds_bucket", { le: "+Inf" })).toBe(lagCount(after));
+		expect(metricValue(after, "webhook_delivery_first_attempt_lag_seconds_sum")).toBeGreaterThanOrEqual(0);
+		// The stack runs the default single sender thread, which sent both attempts.
+		const utilization = metricValue(after, "webhook_sender_event_loop_utilization", { thread: "0" });
+		expect(utilization).toBeGreaterThan(0);
+		expect(utilization).toBeLessThanOrEqual(1);
+		expect(metricValue(after, "webhook_sender_event_loop_delay_p99_seconds", { thread: "0" })).toBeGreaterThanOrEqual(0);
+		expect(metricValue(after, "webhook_sender_event_loop_utilization", { thread: "1" })).toBeUndefined();
+	});
+
 	it("HTTP requests by route template and status, with latency", async () => {
 		const owner = await customer();
 		await env.createWebhook(owner.token);

@@ -230,6 +230,7 @@ export type DispatcherThis = DbServiceThis & {
 		attempts: ReturnType<typeof counter>;
 		deliveries: ReturnType<typeof counter>;
 		duration: ReturnType<typeof histogram>;
+		firstAttemptLag: ReturnType<typeof histogram>;
 	};
 
 	// intake.mixin.ts
@@ -257,6 +258,7 @@ export type DispatcherThis = DbServiceThis & {
 	returnQueued(webhookId: string): number;
 	// results.mixin.ts
 	afterAttempt(delivery: LeasedDelivery, outcome: DeliveryOutcome): DeliveryUpdate;
+	observeFirstAttemptLag(delivery: LeasedDelivery, outcome: DeliveryOutcome): void;
 	finish(delivery: LeasedDelivery, change: Omit<DeliveryUpdate, "delivery">): void;
 	writeUpdates(updates: DeliveryUpdate[]): Promise<boolean[]>;
 	takeWaitingResults(): RidingResults | null;
