@@ -340,8 +340,9 @@ interface LatencyRound {
 /** Each process's probe figures, averaged over the rounds (the processes are in the same order). */
 function meanProbes(rounds: Probe[][]): Probe[] {
 	return rounds[0].map((_, node) => {
-		const mean = (field: keyof Probe) => round(rounds.reduce((sum, probes) => sum + probes[node][field], 0) / rounds.length);
-		return { delay_p50_ms: mean("delay_p50_ms"), delay_p99_ms: mean("delay_p99_ms"), delay_max_ms: mean("delay_max_ms"), cpu_cores: mean("cpu_cores") };
+		const mean = (field: keyof Probe) => round(rounds.reduce((sum, probes) => sum + (probes[node][field] ?? 0), 0) / rounds.length);
+		const sender = rounds[0][node].sender_utilization === undefined ? {} : { sender_delay_p99_ms: mean("sender_delay_p99_ms"), sender_utilization: mean("sender_utilization") };
+		return { delay_p50_ms: mean("delay_p50_ms"), delay_p99_ms: mean("delay_p99_ms"), delay_max_ms: mean("delay_max_ms"), cpu_cores: mean("cpu_cores"), ...sender };
 	});
 }
 

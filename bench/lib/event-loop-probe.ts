@@ -1,6 +1,7 @@
 // For benchmark children: event-loop delay (perf_hooks.monitorEventLoopDelay, 1 ms resolution)
 // and CPU time, read and reset by the parent over IPC ("probe" → {type: "probe", ...}), so that
-// each phase of a run (first seconds, steady state) gets figures of its own.
+// each phase of a run (first seconds, steady state) gets figures of its own. A service node adds
+// its sender threads' figures, read from its own metrics.
 import { monitorEventLoopDelay } from "node:perf_hooks";
 
 export interface ProbeFigures {
@@ -11,16 +12,22 @@ export interface ProbeFigures {
 	delay_max_ms: number;
 	/** CPU time used (user + system) per second of wall time since the last reset: 1 = one core. */
 	cpu_cores: number;
+	/** A dispatcher's sender threads (from its metrics): the worst thread's delay p99, the busiest one's utilisation. */
+	sender_delay_p99_ms?: number;
+	sender_utilization?: number;
 }
 
-export function startEventLoopProbe(): void {
+export type SenderLoopReader = () => Promise<Pick<ProbeFigures, "sender_delay_p99_ms" | "sender_utilization">>;
+
+export function startEventLoopProbe(readSenderLoop?: SenderLoopReader): void {
 	const histogram = monitorEventLoopDelay({ resolution: 1 });
 	histogram.enable();
 	let cpu = process.cpuUsage();
 	let since = process.hrtime.bigint();
 	const ms = (ns: number) => Math.round(ns / 1e4) / 100;
-	process.on("message", (message: unknown) => {
+	process.on("message", async (message: unknown) => {
 		if (message !== "probe") return;
+		const sender = (await readSenderLoop?.()) ?? {};
 		const used = process.cpuUsage(cpu);
 		const wallUs = Number(process.hrtime.bigint() - since) / 1e3;
 		process.send?.({
@@ -29,6 +36,7 @@ export function startEventLoopProbe(): void {
 			delay_p99_ms: ms(histogram.percentile(99)),
 			delay_max_ms: ms(histogram.max),
 			cpu_cores: Math.round(((used.user + used.system) / wallUs) * 100) / 100,
+			...sender,
 		} satisfies ProbeFigures);
 		histogram.reset();
 		cpu = process.cpuUsage();

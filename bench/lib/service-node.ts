@@ -1,18 +1,31 @@
 // Child process of bench/delivery.ts: one node of the service (as `npm start` or one role of
 // `npm run cluster` runs it), configured by the environment the parent gives it, joined to the
 // parent over NATS. Reports {nodeID} once started; answers "probe" with its event-loop figures.
+import type { ServiceBroker } from "moleculer";
 import { createApp } from "../../app";
 import { parseConfig, resolveSecrets } from "../../lib/config";
+import { metricsOf } from "../../lib/metrics";
 import { serveUntilStopped } from "./child";
-import { startEventLoopProbe } from "./event-loop-probe";
+import { startEventLoopProbe, type SenderLoopReader } from "./event-loop-probe";
 
 async function main(): Promise<void> {
 	const config = parseConfig(process.env);
 	resolveSecrets(config);
 	const app = createApp(config, { broker: { logger: { type: "Console", options: { level: "warn" } } } });
 	await app.start();
-	startEventLoopProbe();
+	startEventLoopProbe(senderLoopOf(app.broker));
 	serveUntilStopped({ nodeID: app.broker.nodeID }, () => app.stop());
+}
+
+/** The dispatcher's sender-thread gauges (none on a node without a dispatcher, or without threads). */
+function senderLoopOf(broker: ServiceBroker): SenderLoopReader {
+	const valuesOf = async (name: string) => ((await metricsOf(broker).getSingleMetric(name)?.get())?.values ?? []).map(sample => sample.value);
+	return async () => {
+		const delays = await valuesOf("webhook_sender_event_loop_delay_p99_seconds");
+		const busy = await valuesOf("webhook_sender_event_loop_utilization");
+		if (delays.length === 0) return {};
+		return { sender_delay_p99_ms: Math.round(Math.max(...delays) * 1e5) / 100, sender_utilization: Math.round(Math.max(...busy) * 100) / 100 };
+	};
 }
 
 main().catch(err => {
