@@ -7,8 +7,19 @@ import os from "node:os";
 import path from "node:path";
 import { acquireDatabase, releaseDatabase } from "../mixins/db.mixin";
 import { parseConfig } from "../lib/config";
-import { SQLITE_DEFAULT_AUTOCHECKPOINT, startSqliteCheckpointer } from "../lib/sqlite-checkpointer";
+import { CHECKPOINT_INTERVAL_MS, SQLITE_DEFAULT_AUTOCHECKPOINT, startSqliteCheckpointer } from "../lib/sqlite-checkpointer";
 import { waitUntil } from "./helpers/delivery-stack";
+
+// better-sqlite3 ships no type definitions; this is the part used here.
+type Connection = {
+	pragma(sql: string): unknown;
+	exec(sql: string): void;
+	prepare(sql: string): { run(...params: unknown[]): unknown };
+	transaction(work: () => unknown): () => unknown;
+	close(): void;
+};
+// eslint-disable-next-line @typescript-eslint/no-require-imports
+const openDatabase = require("better-sqlite3") as new (filename: string) => Connection;
 
 describe("SQLite checkpoints off the event loop", () => {
 	it("copies the log into the database file while the service's connection never checkpoints", async () => {
@@ -35,6 +46,35 @@ describe("SQLite checkpoints off the event loop", () => {
 			expect(await db("filler").count({ n: "*" })).toEqual([{ n: 2000 }]);
 		} finally {
 			await releaseDatabase(config);
+			fs.rmSync(dataDir, { recursive: true, force: true });
+		}
+	});
+
+	it("checkpoints a database that was not yet in WAL mode when the thread first looked at it", async () => {
+		// The service's order: the thread starts (and checkpoints) before the first connection of
+		// the service has opened the file and set WAL mode. Such a checkpointer once stayed blind
+		// to the log for the whole life of the process.
+		const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), "swh-checkpoint-"));
+		const file = path.join(dataDir, "service.sqlite");
+		const checkpointer = startSqliteCheckpointer(file, () => undefined);
+		const service = new openDatabase(file);
+		try {
+			await checkpointer.ready;
+			// Some checkpoints of the thread's own run before the service's connection is set up.
+			await new Promise(resolve => setTimeout(resolve, 3 * CHECKPOINT_INTERVAL_MS));
+			service.pragma("busy_timeout = 5000");
+			service.pragma("journal_mode = WAL");
+			service.pragma("wal_autocheckpoint = 0");
+			service.exec("CREATE TABLE filler (id INTEGER PRIMARY KEY, payload TEXT)");
+			const sizeBefore = fs.statSync(file).size;
+			const insert = service.prepare("INSERT INTO filler (payload) VALUES (?)");
+			const payload = "x".repeat(4_000);
+			for (let batch = 0; batch < 20; batch += 1) service.transaction(() => Array.from({ length: 100 }, () => insert.run(payload)))();
+			const sizeAfter = await waitUntil(() => fs.statSync(file).size, size => size > sizeBefore + 7_000_000, "the log checkpointed into the database file");
+			console.log(`database file: ${sizeBefore} → ${sizeAfter} bytes, log ${fs.statSync(`${file}-wal`).size} bytes`);
+		} finally {
+			await checkpointer.stop();
+			service.close();
 			fs.rmSync(dataDir, { recursive: true, force: true });
 		}
 	});
