@@ -9,6 +9,8 @@ import path from "node:path";
 import { startTypeScriptWorker } from "./typescript-worker";
 
 export const CHECKPOINT_INTERVAL_MS = 250;
+/** The log length (pages) past which the log is made to start over (see sqlite-checkpoint-thread.ts): about 32 MB. */
+export const RESTART_LOG_AT_FRAMES = 8_192;
 export const SQLITE_DEFAULT_AUTOCHECKPOINT = 1000;
 
 export interface SqliteCheckpointer {
@@ -18,8 +20,8 @@ export interface SqliteCheckpointer {
 	stop(): Promise<void>;
 }
 
-export function startSqliteCheckpointer(filename: string, onUnexpectedExit: (reason: string) => void): SqliteCheckpointer {
-	const worker = startTypeScriptWorker(path.join(__dirname, "sqlite-checkpoint-thread.ts"), { filename, intervalMs: CHECKPOINT_INTERVAL_MS });
+export function startSqliteCheckpointer(filename: string, onUnexpectedExit: (reason: string) => void, restartAtFrames = RESTART_LOG_AT_FRAMES): SqliteCheckpointer {
+	const worker = startTypeScriptWorker(path.join(__dirname, "sqlite-checkpoint-thread.ts"), { filename, intervalMs: CHECKPOINT_INTERVAL_MS, restartAtFrames });
 	worker.unref();
 	let stopping = false;
 	let lastError = "";

@@ -79,6 +79,40 @@ describe("SQLite checkpoints off the event loop", () => {
 		}
 	});
 
+	it("makes the log start over under a steady stream of commits, instead of letting it grow", async () => {
+		const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), "swh-checkpoint-"));
+		const file = path.join(dataDir, "service.sqlite");
+		// 250 pages (1 MB) here, so that a few seconds of writing cross it many times over.
+		const checkpointer = startSqliteCheckpointer(file, () => undefined, 250);
+		const service = new openDatabase(file);
+		try {
+			await checkpointer.ready;
+			service.pragma("busy_timeout = 5000");
+			service.pragma("journal_mode = WAL");
+			service.pragma("wal_autocheckpoint = 0");
+			service.exec("CREATE TABLE filler (id INTEGER PRIMARY KEY, payload TEXT)");
+			const insert = service.prepare("INSERT INTO filler (payload) VALUES (?)");
+			const payload = "x".repeat(4_000);
+			// Small commits about a millisecond apart, as a busy service's intake makes them: the
+			// checkpointer never finds the log wholly copied between two of them.
+			const rows = 4_000;
+			let largestLog = 0;
+			for (let row = 0; row < rows; row += 1) {
+				service.transaction(() => insert.run(payload))();
+				if (row % 50 === 0) largestLog = Math.max(largestLog, fs.statSync(`${file}-wal`).size);
+				await new Promise(resolve => setTimeout(resolve, 1));
+			}
+			const written = rows * payload.length;
+			console.log(`${written} bytes committed; the log file reached ${largestLog} bytes, the database file ${fs.statSync(file).size}`);
+			// Never started over, the log holds every page ever committed: more than `written`.
+			expect(largestLog).toBeLessThan(written);
+		} finally {
+			await checkpointer.stop();
+			service.close();
+			fs.rmSync(dataDir, { recursive: true, force: true });
+		}
+	});
+
 	it("reports a checkpointer that cannot open its database, so that the caller checkpoints again", async () => {
 		const reasons: string[] = [];
 		const checkpointer = startSqliteCheckpointer("/nonexistent/folder/service.sqlite", reason => reasons.push(reason));
