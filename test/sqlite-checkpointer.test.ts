@@ -1,7 +1,9 @@
 // The embedded database's write-ahead log is checkpointed by a thread of its own
 // (lib/sqlite-checkpointer.ts), never by the service's connection: that connection has automatic
 // checkpoints off, and what it writes still reaches the database file. A checkpointer that stops
-// unexpectedly hands checkpoints back to the service's connection.
+// unexpectedly hands checkpoints back to the service's connection. The thread checkpoints whichever
+// of the two opens a new database first, and under a steady stream of commits it makes the log
+// start over rather than grow.
 import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
@@ -20,6 +22,33 @@ type Connection = {
 };
 // eslint-disable-next-line @typescript-eslint/no-require-imports
 const openDatabase = require("better-sqlite3") as new (filename: string) => Connection;
+
+/** A connection set up as the service's (see mixins/db.mixin.ts), with a table to fill. */
+function serviceConnection(file: string) {
+	const connection = new openDatabase(file);
+	connection.pragma("busy_timeout = 5000");
+	connection.pragma("journal_mode = WAL");
+	connection.pragma("wal_autocheckpoint = 0");
+	connection.exec("CREATE TABLE filler (id INTEGER PRIMARY KEY, payload TEXT)");
+	const insert = connection.prepare("INSERT INTO filler (payload) VALUES (?)");
+	return { connection, commitRows: (rows: number) => connection.transaction(() => Array.from({ length: rows }, () => insert.run(PAYLOAD)))() };
+}
+
+const PAYLOAD = "x".repeat(4_000);
+
+/** A new database folder and a checkpointer on it; both are gone after `work`. */
+async function withCheckpointer(restartAtFrames: number | undefined, work: (file: string) => Promise<void>): Promise<void> {
+	const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), "swh-checkpoint-"));
+	const file = path.join(dataDir, "service.sqlite");
+	const checkpointer = startSqliteCheckpointer(file, () => undefined, restartAtFrames);
+	try {
+		await checkpointer.ready;
+		await work(file);
+	} finally {
+		await checkpointer.stop();
+		fs.rmSync(dataDir, { recursive: true, force: true });
+	}
+}
 
 describe("SQLite checkpoints off the event loop", () => {
 	it("copies the log into the database file while the service's connection never checkpoints", async () => {
@@ -54,63 +83,43 @@ describe("SQLite checkpoints off the event loop", () => {
 		// The service's order: the thread starts (and checkpoints) before the first connection of
 		// the service has opened the file and set WAL mode. Such a checkpointer once stayed blind
 		// to the log for the whole life of the process.
-		const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), "swh-checkpoint-"));
-		const file = path.join(dataDir, "service.sqlite");
-		const checkpointer = startSqliteCheckpointer(file, () => undefined);
-		const service = new openDatabase(file);
-		try {
-			await checkpointer.ready;
+		await withCheckpointer(undefined, async file => {
 			// Some checkpoints of the thread's own run before the service's connection is set up.
 			await new Promise(resolve => setTimeout(resolve, 3 * CHECKPOINT_INTERVAL_MS));
-			service.pragma("busy_timeout = 5000");
-			service.pragma("journal_mode = WAL");
-			service.pragma("wal_autocheckpoint = 0");
-			service.exec("CREATE TABLE filler (id INTEGER PRIMARY KEY, payload TEXT)");
-			const sizeBefore = fs.statSync(file).size;
-			const insert = service.prepare("INSERT INTO filler (payload) VALUES (?)");
-			const payload = "x".repeat(4_000);
-			for (let batch = 0; batch < 20; batch += 1) service.transaction(() => Array.from({ length: 100 }, () => insert.run(payload)))();
-			const sizeAfter = await waitUntil(() => fs.statSync(file).size, size => size > sizeBefore + 7_000_000, "the log checkpointed into the database file");
-			console.log(`database file: ${sizeBefore} → ${sizeAfter} bytes, log ${fs.statSync(`${file}-wal`).size} bytes`);
-		} finally {
-			await checkpointer.stop();
-			service.close();
-			fs.rmSync(dataDir, { recursive: true, force: true });
-		}
+			const service = serviceConnection(file);
+			try {
+				const sizeBefore = fs.statSync(file).size;
+				for (let batch = 0; batch < 20; batch += 1) service.commitRows(100);
+				const sizeAfter = await waitUntil(() => fs.statSync(file).size, size => size > sizeBefore + 7_000_000, "the log checkpointed into the database file");
+				console.log(`database file: ${sizeBefore} → ${sizeAfter} bytes, log ${fs.statSync(`${file}-wal`).size} bytes`);
+			} finally {
+				service.connection.close();
+			}
+		});
 	});
 
 	it("makes the log start over under a steady stream of commits, instead of letting it grow", async () => {
-		const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), "swh-checkpoint-"));
-		const file = path.join(dataDir, "service.sqlite");
 		// 250 pages (1 MB) here, so that a few seconds of writing cross it many times over.
-		const checkpointer = startSqliteCheckpointer(file, () => undefined, 250);
-		const service = new openDatabase(file);
-		try {
-			await checkpointer.ready;
-			service.pragma("busy_timeout = 5000");
-			service.pragma("journal_mode = WAL");
-			service.pragma("wal_autocheckpoint = 0");
-			service.exec("CREATE TABLE filler (id INTEGER PRIMARY KEY, payload TEXT)");
-			const insert = service.prepare("INSERT INTO filler (payload) VALUES (?)");
-			const payload = "x".repeat(4_000);
-			// Small commits about a millisecond apart, as a busy service's intake makes them: the
-			// checkpointer never finds the log wholly copied between two of them.
-			const rows = 4_000;
-			let largestLog = 0;
-			for (let row = 0; row < rows; row += 1) {
-				service.transaction(() => insert.run(payload))();
-				if (row % 50 === 0) largestLog = Math.max(largestLog, fs.statSync(`${file}-wal`).size);
-				await new Promise(resolve => setTimeout(resolve, 1));
+		await withCheckpointer(250, async file => {
+			const service = serviceConnection(file);
+			try {
+				// Small commits about a millisecond apart, as a busy service's intake makes them: the
+				// checkpointer never finds the log wholly copied between two of them.
+				const rows = 4_000;
+				let largestLog = 0;
+				for (let row = 0; row < rows; row += 1) {
+					service.commitRows(1);
+					if (row % 50 === 0) largestLog = Math.max(largestLog, fs.statSync(`${file}-wal`).size);
+					await new Promise(resolve => setTimeout(resolve, 1));
+				}
+				const written = rows * PAYLOAD.length;
+				console.log(`${written} bytes committed; the log file reached ${largestLog} bytes, the database file ${fs.statSync(file).size}`);
+				// Never started over, the log holds every page ever committed: more than `written`.
+				expect(largestLog).toBeLessThan(written);
+			} finally {
+				service.connection.close();
 			}
-			const written = rows * payload.length;
-			console.log(`${written} bytes committed; the log file reached ${largestLog} bytes, the database file ${fs.statSync(file).size}`);
-			// Never started over, the log holds every page ever committed: more than `written`.
-			expect(largestLog).toBeLessThan(written);
-		} finally {
-			await checkpointer.stop();
-			service.close();
-			fs.rmSync(dataDir, { recursive: true, force: true });
-		}
+		});
 	});
 
 	it("reports a checkpointer that cannot open its database, so that the caller checkpoints again", async () => {
