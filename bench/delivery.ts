@@ -42,7 +42,7 @@ import { startChild, type ChildServer } from "./lib/child";
 import type { ProbeFigures } from "./lib/event-loop-probe";
 import { monotonicMs, type ReceiverMessage, type ReceiverReady } from "./lib/receiver";
 import { concurrentLoops, floorBody, keyOf, signedPost, type SignedTarget } from "./lib/signed-post";
-import { percentile, round } from "./lib/stats";
+import { machineCoresBetween, percentile, readMachine, round } from "./lib/stats";
 
 const CONCURRENCY = Number(process.env.BENCH_CONCURRENCY ?? 64);
 const HEALTHY = 10;
@@ -323,8 +323,8 @@ function latencyOf(values: number[]): LatencyFigures {
 }
 
 interface PhaseFigures {
-	start: LatencyFigures & { event_loop: Probe[] };
-	steady: LatencyFigures & { event_loop: Probe[] };
+	start: LatencyFigures & { event_loop: Probe[]; machine_cores: number };
+	steady: LatencyFigures & { event_loop: Probe[]; machine_cores: number };
 	lost: number;
 }
 
@@ -334,6 +334,9 @@ interface LatencyRound {
 	steady: number[];
 	startLoop: Probe[];
 	steadyLoop: Probe[];
+	/** The whole machine's busy cores in each phase (every process: the producer, NATS, the database, the receivers too). */
+	startMachineCores: number;
+	steadyMachineCores: number;
 	lost: number;
 }
 
@@ -346,12 +349,14 @@ function meanProbes(rounds: Probe[][]): Probe[] {
 	});
 }
 
+const meanOf = (values: number[]) => round(values.reduce((sum, value) => sum + value, 0) / values.length);
+
 /** The rounds' samples pooled, with each round's own p99 beside them. */
 function pooled(rounds: LatencyRound[]): PhaseFigures & { rounds_p99_ms: { start: number[]; steady: number[] } } {
 	const p99Of = (values: number[]) => latencyOf(values).p99_ms;
 	return {
-		start: { ...latencyOf(rounds.flatMap(r => r.start)), event_loop: meanProbes(rounds.map(r => r.startLoop)) },
-		steady: { ...latencyOf(rounds.flatMap(r => r.steady)), event_loop: meanProbes(rounds.map(r => r.steadyLoop)) },
+		start: { ...latencyOf(rounds.flatMap(r => r.start)), event_loop: meanProbes(rounds.map(r => r.startLoop)), machine_cores: meanOf(rounds.map(r => r.startMachineCores)) },
+		steady: { ...latencyOf(rounds.flatMap(r => r.steady)), event_loop: meanProbes(rounds.map(r => r.steadyLoop)), machine_cores: meanOf(rounds.map(r => r.steadyMachineCores)) },
 		lost: rounds.reduce((sum, r) => sum + r.lost, 0),
 		rounds_p99_ms: { start: rounds.map(r => p99Of(r.start)), steady: rounds.map(r => p99Of(r.steady)) },
 	};
@@ -364,6 +369,8 @@ function pooled(rounds: LatencyRound[]): PhaseFigures & { rounds_p99_ms: { start
 async function latency(send: (event: object) => Promise<void>, nodes: Array<ChildServer<unknown>>, receivers: Receivers, eventsPerSecond: number, healthy: number): Promise<LatencyRound> {
 	await receivers.samples(); // drops whatever arrived before
 	await probeAll(nodes); // resets the event-loop histograms
+	const machineAtStart = readMachine();
+	let machineAtCut = machineAtStart;
 	const baseOk = receivers.ok;
 	const started = monotonicMs();
 	const total = Math.round(eventsPerSecond * (START_SECONDS + STEADY_SECONDS));
@@ -372,7 +379,10 @@ async function latency(send: (event: object) => Promise<void>, nodes: Array<Chil
 	let startProbe: Promise<Probe[]> | undefined;
 	while (sent < total) {
 		const elapsed = monotonicMs() - started;
-		if (!startProbe && elapsed >= START_SECONDS * 1000) startProbe = probeAll(nodes);
+		if (!startProbe && elapsed >= START_SECONDS * 1000) {
+			startProbe = probeAll(nodes);
+			machineAtCut = readMachine();
+		}
 		const due = Math.min(total, Math.floor((elapsed / 1000) * eventsPerSecond));
 		for (; sent < due; sent++) send(orderEvent({ sent_at: monotonicMs(), sent_wall: Date.now() })).catch(() => (failed += 1));
 		await sleep(2);
@@ -381,6 +391,7 @@ async function latency(send: (event: object) => Promise<void>, nodes: Array<Chil
 	const expected = baseOk + sent * healthy;
 	await Promise.race([receivers.waitForOk(expected), sleep(60_000)]);
 	const steadyLoop = await probeAll(nodes);
+	const machineAtEnd = readMachine();
 	const samples = await receivers.samples();
 	const cut = started + START_SECONDS * 1000;
 	// One line per round, relay and dispatcher in turn: when the slow samples came, to line them up with a node's own log.
@@ -390,6 +401,8 @@ async function latency(send: (event: object) => Promise<void>, nodes: Array<Chil
 		steady: samples.filter(([sentAt]) => sentAt >= cut).map(([, ms]) => ms),
 		startLoop,
 		steadyLoop,
+		startMachineCores: machineCoresBetween(machineAtStart, machineAtCut),
+		steadyMachineCores: machineCoresBetween(machineAtCut, machineAtEnd),
 		lost: Math.max(0, expected - receivers.ok) + failed * healthy,
 	};
 }

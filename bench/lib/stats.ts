@@ -1,4 +1,5 @@
 // Small statistics helpers shared by the benchmark parts.
+import os from "node:os";
 
 /** The p-th percentile (0..100) of `values`, by the nearest-rank method. */
 export function percentile(values: readonly number[], p: number): number {
@@ -33,4 +34,20 @@ export function summarize(values: readonly number[]): Summary {
 		p99: round(percentile(values, 99)),
 		max: round(values.reduce((max, value) => Math.max(max, value), Number.NEGATIVE_INFINITY)),
 	};
+}
+
+/** A reading of the whole machine's CPU time (every process, every core), to compare with a later one. */
+export interface MachineReading {
+	busyMs: number;
+	atMs: number;
+}
+
+export function readMachine(): MachineReading {
+	const busyMs = os.cpus().reduce((sum, { times }) => sum + times.user + times.nice + times.sys + times.irq, 0);
+	return { busyMs, atMs: performance.now() };
+}
+
+/** Cores the machine kept busy between two readings: at the core count, nothing was left for anyone. */
+export function machineCoresBetween(from: MachineReading, to: MachineReading): number {
+	return round((to.busyMs - from.busyMs) / (to.atMs - from.atMs));
 }
