@@ -42,7 +42,7 @@ import { startChild, type ChildServer } from "./lib/child";
 import type { ProbeFigures } from "./lib/event-loop-probe";
 import { monotonicMs, type ReceiverMessage, type ReceiverReady } from "./lib/receiver";
 import { concurrentLoops, floorBody, keyOf, signedPost, type SignedTarget } from "./lib/signed-post";
-import { machineCoresBetween, percentile, readMachine, round } from "./lib/stats";
+import { machineCoresBetween, mean, percentile, readMachine, round } from "./lib/stats";
 
 const CONCURRENCY = Number(process.env.BENCH_CONCURRENCY ?? 64);
 const HEALTHY = 10;
@@ -340,16 +340,16 @@ interface LatencyRound {
 	lost: number;
 }
 
+const meanOf = (values: number[]) => round(mean(values));
+
 /** Each process's probe figures, averaged over the rounds (the processes are in the same order). */
 function meanProbes(rounds: Probe[][]): Probe[] {
 	return rounds[0].map((_, node) => {
-		const mean = (field: keyof Probe) => round(rounds.reduce((sum, probes) => sum + (probes[node][field] ?? 0), 0) / rounds.length);
-		const sender = rounds[0][node].sender_utilization === undefined ? {} : { sender_delay_p99_ms: mean("sender_delay_p99_ms"), sender_utilization: mean("sender_utilization") };
-		return { delay_p50_ms: mean("delay_p50_ms"), delay_p99_ms: mean("delay_p99_ms"), delay_max_ms: mean("delay_max_ms"), cpu_cores: mean("cpu_cores"), ...sender };
+		const meanOfField = (field: keyof Probe) => meanOf(rounds.map(probes => probes[node][field] ?? 0));
+		const sender = rounds[0][node].sender_utilization === undefined ? {} : { sender_delay_p99_ms: meanOfField("sender_delay_p99_ms"), sender_utilization: meanOfField("sender_utilization") };
+		return { delay_p50_ms: meanOfField("delay_p50_ms"), delay_p99_ms: meanOfField("delay_p99_ms"), delay_max_ms: meanOfField("delay_max_ms"), cpu_cores: meanOfField("cpu_cores"), ...sender };
 	});
 }
-
-const meanOf = (values: number[]) => round(values.reduce((sum, value) => sum + value, 0) / values.length);
 
 /** The rounds' samples pooled, with each round's own p99 beside them. */
 function pooled(rounds: LatencyRound[]): PhaseFigures & { rounds_p99_ms: { start: number[]; steady: number[] } } {

@@ -10,18 +10,15 @@ import path from "node:path";
 import { acquireDatabase, releaseDatabase } from "../mixins/db.mixin";
 import { parseConfig } from "../lib/config";
 import { CHECKPOINT_INTERVAL_MS, SQLITE_DEFAULT_AUTOCHECKPOINT, startSqliteCheckpointer } from "../lib/sqlite-checkpointer";
+import { type SqliteConnection } from "../lib/sqlite-statements";
 import { waitUntil } from "./helpers/delivery-stack";
 
-// better-sqlite3 ships no type definitions; this is the part used here.
-type Connection = {
-	pragma(sql: string): unknown;
-	exec(sql: string): void;
-	prepare(sql: string): { run(...params: unknown[]): unknown };
-	transaction(work: () => unknown): () => unknown;
-	close(): void;
-};
+// better-sqlite3 ships no type definitions: the service's part of it, and what is used here besides.
+type Connection = SqliteConnection & { pragma(sql: string): unknown; exec(sql: string): void; close(): void };
 // eslint-disable-next-line @typescript-eslint/no-require-imports
 const openDatabase = require("better-sqlite3") as new (filename: string) => Connection;
+
+const PAYLOAD = "x".repeat(4_000);
 
 /** A connection set up as the service's (see mixins/db.mixin.ts), with a table to fill. */
 function serviceConnection(file: string) {
@@ -33,8 +30,6 @@ function serviceConnection(file: string) {
 	const insert = connection.prepare("INSERT INTO filler (payload) VALUES (?)");
 	return { connection, commitRows: (rows: number) => connection.transaction(() => Array.from({ length: rows }, () => insert.run(PAYLOAD)))() };
 }
-
-const PAYLOAD = "x".repeat(4_000);
 
 /** A new database folder and a checkpointer on it; both are gone after `work`. */
 async function withCheckpointer(restartAtFrames: number | undefined, work: (file: string) => Promise<void>): Promise<void> {
@@ -66,9 +61,8 @@ describe("SQLite checkpoints off the event loop", () => {
 			const file = path.join(dataDir, "service.sqlite");
 			const sizeBefore = fs.statSync(file).size;
 			// About 8 MB, past the 1,000 pages (4 MB) at which SQLite would checkpoint by itself.
-			const payload = "x".repeat(4_000);
 			for (let batch = 0; batch < 20; batch += 1) {
-				await db.transaction(trx => trx("filler").insert(Array.from({ length: 100 }, () => ({ payload }))));
+				await db.transaction(trx => trx("filler").insert(Array.from({ length: 100 }, () => ({ payload: PAYLOAD }))));
 			}
 			const sizeAfter = await waitUntil(() => fs.statSync(file).size, size => size > sizeBefore + 7_000_000, "the log checkpointed into the database file");
 			console.log(`database file: ${sizeBefore} → ${sizeAfter} bytes, written by the checkpoint thread`);

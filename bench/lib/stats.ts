@@ -24,11 +24,15 @@ export interface Summary {
 	max: number;
 }
 
+/** The arithmetic mean; 0 for no values. */
+export function mean(values: readonly number[]): number {
+	return values.reduce((sum, value) => sum + value, 0) / (values.length || 1);
+}
+
 export function summarize(values: readonly number[]): Summary {
-	const mean = values.reduce((sum, value) => sum + value, 0) / (values.length || 1);
 	return {
 		count: values.length,
-		mean: round(mean),
+		mean: round(mean(values)),
 		p50: round(percentile(values, 50)),
 		p90: round(percentile(values, 90)),
 		p99: round(percentile(values, 99)),
