@@ -169,7 +169,7 @@ describe("MicroBatcher", () => {
 
 describe("SubscriberCache", () => {
 	let clock = 0;
-	const cache = () => new SubscriberCache<string>((_value, loadedAt) => loadedAt + 1_000, 2, () => clock);
+	const cache = () => new SubscriberCache<string>((_value, loadedAt) => loadedAt + 1_000, { maxEntries: 2, now: () => clock });
 	const loader = (value: string[]) => jest.fn(async () => value);
 	beforeEach(() => (clock = 0));
 
@@ -177,11 +177,75 @@ describe("SubscriberCache", () => {
 		const subscribers = cache();
 		const load = loader(["w1"]);
 		expect(await subscribers.get("acme", load)).toEqual({ value: ["w1"], loaded: true });
-		clock = 1_000;
+		// Before REFRESH_AHEAD of its life: no load at all.
+		clock = 799;
 		expect(await subscribers.get("acme", load)).toEqual({ value: ["w1"], loaded: false });
 		clock = 1_001;
 		expect(await subscribers.get("acme", load)).toEqual({ value: ["w1"], loaded: true });
 		expect(load).toHaveBeenCalledTimes(2);
+	});
+
+	/** A load that finishes when the test says so. */
+	const gatedLoad = () => {
+		const gates: Array<{ resolve(value: string[]): void; reject(error: Error): void }> = [];
+		const load = jest.fn(() => new Promise<string[]>((resolve, reject) => gates.push({ resolve, reject })));
+		return { load, gates };
+	};
+	const settled = () => new Promise(resolve => setImmediate(resolve));
+
+	it("refreshes an entry used late in its life in the background, answering from it meanwhile", async () => {
+		const refreshed: Array<[string, string[]]> = [];
+		const subscribers = new SubscriberCache<string>((_value, loadedAt) => loadedAt + 1_000, { now: () => clock, onRefreshed: (key, value) => refreshed.push([key, value]) });
+		await subscribers.get("acme", loader(["w1"]));
+		const { load, gates } = gatedLoad();
+		clock = 800;
+		expect(await subscribers.get("acme", load)).toEqual({ value: ["w1"], loaded: false });
+		clock = 900;
+		expect(await subscribers.get("acme", load)).toEqual({ value: ["w1"], loaded: false });
+		// One refresh at a time.
+		expect(load).toHaveBeenCalledTimes(1);
+		gates[0].resolve(["w1", "w2"]);
+		await settled();
+		expect(refreshed).toEqual([["acme", ["w1", "w2"]]]);
+		// Past the first deadline, within the refreshed entry's (loaded at 800).
+		clock = 1_500;
+		expect(await subscribers.get("acme", load)).toEqual({ value: ["w1", "w2"], loaded: false });
+		expect(load).toHaveBeenCalledTimes(1);
+		clock = 1_801;
+		gates.length = 0;
+		const foreground = subscribers.get("acme", load);
+		gates[0].resolve(["w3"]);
+		expect(await foreground).toEqual({ value: ["w3"], loaded: true });
+	});
+
+	it("does not keep a background refresh that was under way while something was forgotten", async () => {
+		const refreshed: string[][] = [];
+		const subscribers = new SubscriberCache<string>((_value, loadedAt) => loadedAt + 1_000, { now: () => clock, onRefreshed: (_key, value) => refreshed.push(value) });
+		await subscribers.get("acme", loader(["w1"]));
+		const { load, gates } = gatedLoad();
+		clock = 850;
+		await subscribers.get("acme", load);
+		subscribers.forget("globex");
+		gates[0].resolve(["old"]);
+		await settled();
+		expect(refreshed).toEqual([]);
+		// The entry it would have replaced still ends at its own deadline.
+		clock = 1_001;
+		expect(await subscribers.get("acme", loader(["new"]))).toEqual({ value: ["new"], loaded: true });
+	});
+
+	it("leaves an entry whose background refresh failed to its deadline; the load after it meets the error", async () => {
+		const subscribers = cache();
+		await subscribers.get("acme", loader(["w1"]));
+		const { load, gates } = gatedLoad();
+		clock = 850;
+		await subscribers.get("acme", load);
+		gates[0].reject(new Error("webhooks unavailable"));
+		await settled();
+		clock = 1_000;
+		expect(await subscribers.get("acme", load)).toEqual({ value: ["w1"], loaded: false });
+		clock = 1_001;
+		await expect(subscribers.get("acme", () => Promise.reject(new Error("webhooks unavailable")))).rejects.toThrow("webhooks unavailable");
 	});
 
 	it("loads again after forget(key) or clear(), and only for the key forgotten", async () => {
@@ -211,7 +275,7 @@ describe("SubscriberCache", () => {
 	});
 
 	it("takes each entry's deadline from what was loaded (a secret's grace ending before the usual age)", async () => {
-		const subscribers = new SubscriberCache<{ until: number }>((value, loadedAt) => Math.min(loadedAt + 1_000, ...value.map(item => item.until)), 10, () => clock);
+		const subscribers = new SubscriberCache<{ until: number }>((value, loadedAt) => Math.min(loadedAt + 1_000, ...value.map(item => item.until)), { maxEntries: 10, now: () => clock });
 		const load = jest.fn(async () => [{ until: 300 }]);
 		await subscribers.get("acme", load);
 		clock = 300;
