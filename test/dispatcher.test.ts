@@ -133,6 +133,41 @@ describe.each(testDatabases())("dispatcher on %s", database => {
 		expect(verified(request!, rotated.body.secret)).toMatchObject({ data: { order_id: afterRotation.order_id } });
 	});
 
+	// Intake refreshes a busy customer's list in the background before its 5 s deadline
+	// (TARGET_CACHE_MS), and the refreshed list renews the worker's targets: without that, the
+	// targets would run out while the list is still fresh, and the pump would look them up again.
+	it("refreshes a busy customer's webhooks ahead of their deadline and keeps sending without looking them up again", async () => {
+		const customer = await newCustomer();
+		const webhook = await env.createWebhook(customer.token);
+		const broker = env.stack.app.broker;
+		const call = broker.call.bind(broker);
+		const lookups: Array<{ action: string; params: unknown; at: number }> = [];
+		const spy = jest.spyOn(broker, "call").mockImplementation(((action: string, params: unknown, options: unknown) => {
+			lookups.push({ action, params, at: Date.now() });
+			return call(action, params as object, options as object);
+		}) as typeof broker.call);
+		const events: OrderEvent[] = [];
+		try {
+			// 6.5 s of events, past the list's and the targets' first deadline.
+			for (let i = 0; i < 26; i += 1) {
+				const event = order(customer);
+				events.push(event);
+				await publish(event);
+				await sleep(250);
+			}
+			for (const event of events) await waitForStatus(event.event_id!, webhook, "succeeded");
+		} finally {
+			spy.mockRestore();
+		}
+		const listLoads = lookups.filter(({ action, params }) => action === "webhooks.subscribers" && (params as { customerId?: string }).customerId === customer.id);
+		const targetLookups = lookups.filter(({ action, params }) => action === "webhooks.resolve" && ((params as { ids?: string[] }).ids ?? []).includes(webhook.id));
+		// The first event's load, then a refresh before that list's deadline; no lookup by the worker.
+		expect(listLoads.length).toBeGreaterThanOrEqual(2);
+		expect(listLoads[1].at - listLoads[0].at).toBeLessThan(5_000);
+		expect(targetLookups).toHaveLength(0);
+		expect(env.received(webhook)).toHaveLength(events.length);
+	});
+
 	it("looks the customer up from user_id when customer_id is absent", async () => {
 		const bob = await newCustomer();
 		const webhook = await env.createWebhook(bob.token);
