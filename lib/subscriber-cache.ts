@@ -35,6 +35,7 @@ export interface SubscriberCacheOptions<T> {
 
 interface Entry<T> {
 	value: T[];
+	loadedAt: number;
 	until: number;
 	/** Used after this, the entry is loaded again in the background. */
 	refreshAfter: number;
@@ -101,7 +102,9 @@ export class SubscriberCache<T> {
 		load().then(
 			value => {
 				this.refreshing.delete(key);
-				if (this.version !== versionAtStart) return;
+				// Something was forgotten meanwhile, or a load that started later (the entry ran out
+				// while this one was slow) is already in: this one is not kept.
+				if (this.version !== versionAtStart || (this.entries.get(key)?.loadedAt ?? -Infinity) > loadedAt) return;
 				this.keep(key, value, loadedAt);
 				this.onRefreshed?.(key, value);
 			},
@@ -114,7 +117,7 @@ export class SubscriberCache<T> {
 		const until = this.keepUntil(value, loadedAt);
 		// Re-inserted so that Map order stays oldest first.
 		this.entries.delete(key);
-		this.entries.set(key, { value, until, refreshAfter: loadedAt + (until - loadedAt) * REFRESH_AHEAD });
+		this.entries.set(key, { value, loadedAt, until, refreshAfter: loadedAt + (until - loadedAt) * REFRESH_AHEAD });
 		if (this.entries.size > this.maxEntries) this.entries.delete(this.entries.keys().next().value!);
 	}
 }

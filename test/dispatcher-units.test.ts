@@ -234,6 +234,21 @@ describe("SubscriberCache", () => {
 		expect(await subscribers.get("acme", loader(["new"]))).toEqual({ value: ["new"], loaded: true });
 	});
 
+	it("does not let a slow background refresh replace a list loaded after it", async () => {
+		const subscribers = cache();
+		await subscribers.get("acme", loader(["w1"]));
+		const { load, gates } = gatedLoad();
+		clock = 850;
+		await subscribers.get("acme", load);
+		// The entry runs out while the refresh is slow: the next batch loads in the foreground.
+		clock = 1_001;
+		expect(await subscribers.get("acme", loader(["newer"]))).toEqual({ value: ["newer"], loaded: true });
+		gates[0].resolve(["older"]);
+		await settled();
+		clock = 1_500;
+		expect(await subscribers.get("acme", loader(["unused"]))).toEqual({ value: ["newer"], loaded: false });
+	});
+
 	it("leaves an entry whose background refresh failed to its deadline; the load after it meets the error", async () => {
 		const subscribers = cache();
 		await subscribers.get("acme", loader(["w1"]));
