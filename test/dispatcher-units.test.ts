@@ -192,14 +192,20 @@ describe("SubscriberCache", () => {
 		return { load, gates };
 	};
 	const settled = () => new Promise(resolve => setImmediate(resolve));
+	/** `subscribers` holding ["w1"] for "acme" (loaded at 0, due at 1,000), used at 850: its refresh is under way until the test settles it. */
+	const refreshUnderWay = async (subscribers = cache()) => {
+		await subscribers.get("acme", loader(["w1"]));
+		const { load, gates } = gatedLoad();
+		clock = 850;
+		expect(await subscribers.get("acme", load)).toEqual({ value: ["w1"], loaded: false });
+		return { subscribers, load, gates };
+	};
 
 	it("refreshes an entry used late in its life in the background, answering from it meanwhile", async () => {
 		const refreshed: Array<[string, string[]]> = [];
-		const subscribers = new SubscriberCache<string>((_value, loadedAt) => loadedAt + 1_000, { now: () => clock, onRefreshed: (key, value) => refreshed.push([key, value]) });
-		await subscribers.get("acme", loader(["w1"]));
-		const { load, gates } = gatedLoad();
-		clock = 800;
-		expect(await subscribers.get("acme", load)).toEqual({ value: ["w1"], loaded: false });
+		const { subscribers, load, gates } = await refreshUnderWay(
+			new SubscriberCache<string>((_value, loadedAt) => loadedAt + 1_000, { now: () => clock, onRefreshed: (key, value) => refreshed.push([key, value]) }),
+		);
 		clock = 900;
 		expect(await subscribers.get("acme", load)).toEqual({ value: ["w1"], loaded: false });
 		// One refresh at a time.
@@ -207,11 +213,11 @@ describe("SubscriberCache", () => {
 		gates[0].resolve(["w1", "w2"]);
 		await settled();
 		expect(refreshed).toEqual([["acme", ["w1", "w2"]]]);
-		// Past the first deadline, within the refreshed entry's (loaded at 800).
+		// Past the first deadline, within the refreshed entry's (loaded at 850).
 		clock = 1_500;
 		expect(await subscribers.get("acme", load)).toEqual({ value: ["w1", "w2"], loaded: false });
 		expect(load).toHaveBeenCalledTimes(1);
-		clock = 1_801;
+		clock = 1_851;
 		gates.length = 0;
 		const foreground = subscribers.get("acme", load);
 		gates[0].resolve(["w3"]);
@@ -220,11 +226,9 @@ describe("SubscriberCache", () => {
 
 	it("does not keep a background refresh that was under way while something was forgotten", async () => {
 		const refreshed: string[][] = [];
-		const subscribers = new SubscriberCache<string>((_value, loadedAt) => loadedAt + 1_000, { now: () => clock, onRefreshed: (_key, value) => refreshed.push(value) });
-		await subscribers.get("acme", loader(["w1"]));
-		const { load, gates } = gatedLoad();
-		clock = 850;
-		await subscribers.get("acme", load);
+		const { subscribers, gates } = await refreshUnderWay(
+			new SubscriberCache<string>((_value, loadedAt) => loadedAt + 1_000, { now: () => clock, onRefreshed: (_key, value) => refreshed.push(value) }),
+		);
 		subscribers.forget("globex");
 		gates[0].resolve(["old"]);
 		await settled();
@@ -235,11 +239,7 @@ describe("SubscriberCache", () => {
 	});
 
 	it("does not let a slow background refresh replace a list loaded after it", async () => {
-		const subscribers = cache();
-		await subscribers.get("acme", loader(["w1"]));
-		const { load, gates } = gatedLoad();
-		clock = 850;
-		await subscribers.get("acme", load);
+		const { subscribers, gates } = await refreshUnderWay();
 		// The entry runs out while the refresh is slow: the next batch loads in the foreground.
 		clock = 1_001;
 		expect(await subscribers.get("acme", loader(["newer"]))).toEqual({ value: ["newer"], loaded: true });
@@ -250,11 +250,7 @@ describe("SubscriberCache", () => {
 	});
 
 	it("leaves an entry whose background refresh failed to its deadline; the load after it meets the error", async () => {
-		const subscribers = cache();
-		await subscribers.get("acme", loader(["w1"]));
-		const { load, gates } = gatedLoad();
-		clock = 850;
-		await subscribers.get("acme", load);
+		const { subscribers, load, gates } = await refreshUnderWay();
 		gates[0].reject(new Error("webhooks unavailable"));
 		await settled();
 		clock = 1_000;
