@@ -31,7 +31,7 @@ import { EndpointBreakers } from "../lib/endpoint-breaker";
 import { counter, histogram } from "../lib/metrics";
 import { WebhookSender } from "../lib/webhook-sender";
 import { ThreadedWebhookSender, publishSenderLoopGauges } from "../lib/threaded-sender";
-import { BREAKER, LEASE_SAFETY_MS, MAX_INTAKE_BATCH, MAX_RESULT_BATCH, RESULT_LINGER_MS, SQLITE_INTAKE_BUSY_LINGER, TARGET_CACHE_MS, keepSigningUntil, targetOf, type DispatcherThis } from "../mixins/dispatcher/shared";
+import { BREAKER, LEASE_SAFETY_MS, MAX_INTAKE_BATCH, MAX_RESULT_BATCH, RESULT_LINGER_MS, SQLITE_INTAKE_BUSY_LINGER, TARGET_CACHE_MS, keepSigningUntil, type DispatcherThis } from "../mixins/dispatcher/shared";
 import { IntakeMixin } from "../mixins/dispatcher/intake.mixin";
 import { WorkerMixin } from "../mixins/dispatcher/worker.mixin";
 import { ResultsMixin } from "../mixins/dispatcher/results.mixin";
@@ -89,9 +89,7 @@ const DispatcherService: ServiceSchema<ServiceSettingSchema, DispatcherThis> = {
 		this.subscribers = new SubscriberCache((subscribers, loadedAt) => keepSigningUntil(subscribers, TARGET_CACHE_MS, loadedAt), {
 			// A list refreshed ahead of its deadline refreshes the worker's targets too, so that they
 			// do not run out either while events keep coming (the pump would wait for webhooks.resolve).
-			onRefreshed: (_customerId, subscribers) => {
-				for (const subscriber of subscribers) this.cacheTarget(subscriber.id, targetOf(subscriber, true));
-			},
+			onRefreshed: (_customerId, subscribers) => this.cacheSubscriberTargets(subscribers),
 		});
 		this.claimRun = null;
 		this.claimQueued = false;

@@ -26,7 +26,6 @@ import { orderStatusMessage, type PublishResult } from "../../lib/schemas/delive
 import {
 	REJECTED_EXCERPT_CHARS,
 	ROWS_PER_STATEMENT,
-	targetOf,
 	type DispatcherMixin,
 	type DispatcherThis,
 	type EventSource,
@@ -285,10 +284,7 @@ export const IntakeMixin: DispatcherMixin = {
 			if (leftForClaims) this.claimSeq += 1;
 
 			// Freshly loaded lists refresh the worker's targets; a cached one would only prolong them.
-			for (const { value: subscribers, loaded } of subscriberLists) {
-				if (!loaded) continue;
-				for (const subscriber of subscribers) this.cacheTarget(subscriber.id, targetOf(subscriber, true));
-			}
+			for (const { value: subscribers, loaded } of subscriberLists) if (loaded) this.cacheSubscriberTargets(subscribers);
 			for (const delivery of leased) this.enqueue(delivery);
 			if (this.refills.size > 0) this.claimSoon();
 			this.pump();

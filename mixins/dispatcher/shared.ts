@@ -252,6 +252,7 @@ export type DispatcherThis = DbServiceThis & {
 	pump(): void;
 	freshTarget(webhookId: string): Target | null | undefined;
 	cacheTarget(webhookId: string, target: Target | null): void;
+	cacheSubscriberTargets(subscribers: Subscriber[]): void;
 	resolveTargets(webhookIds: string[]): Promise<void>;
 	startAttempt(delivery: LeasedDelivery, target: Target): void;
 	noteEndpointOutcome(webhookId: string, success: boolean): void;

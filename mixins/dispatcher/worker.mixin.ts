@@ -10,7 +10,7 @@
 import type { Context } from "moleculer";
 import { nowIso } from "../db.mixin";
 import { chunks } from "../../lib/sql-rows";
-import type { ResolvedWebhook } from "../../lib/schemas/webhooks";
+import type { ResolvedWebhook, Subscriber } from "../../lib/schemas/webhooks";
 import { messageIdOf } from "../../lib/schemas/deliveries";
 import {
 	DEPENDENCY_RETRY_MS,
@@ -173,6 +173,11 @@ export const WorkerMixin: DispatcherMixin = {
 
 		cacheTarget(this: DispatcherThis, webhookId: string, target: Target | null): void {
 			this.targets.set(webhookId, { target, expiresAt: keepSigningUntil(target ? [target] : [], TARGET_CACHE_MS) });
+		},
+
+		/** A customer's subscribed webhooks, just loaded by intake (all active), as the worker's targets. */
+		cacheSubscriberTargets(this: DispatcherThis, subscribers: Subscriber[]): void {
+			for (const subscriber of subscribers) this.cacheTarget(subscriber.id, targetOf(subscriber, true));
 		},
 
 		/** One webhooks.resolve call for every webhook the worker needs and has not cached. */
