@@ -151,6 +151,9 @@ export const EnvSchema = z.object({
 	WEBHOOK_TEST_TIMEOUT: duration("5s"),
 	DELIVERY_CONCURRENCY: positiveInt(64),
 	DELIVERY_WEBHOOK_CONCURRENCY: positiveInt(8),
+	// Connections one sender keeps to one origin (scheme, host, port). Unset: DELIVERY_CONCURRENCY,
+	// so webhooks that share a host never share one webhook's few connections.
+	DELIVERY_ORIGIN_CONNECTIONS: z.coerce.number().int().positive().optional(),
 	// Worker threads that send the HTTPS attempts; 0 sends them on the dispatcher's own event loop.
 	DELIVERY_SENDER_THREADS: z.coerce.number().int().min(0).max(16).default(1),
 	DELIVERY_POLL_INTERVAL: duration("1s"),
@@ -164,8 +167,9 @@ export const EnvSchema = z.object({
 
 export type Env = z.input<typeof EnvSchema>;
 
-export interface AppConfig extends Omit<z.output<typeof EnvSchema>, "DELIVERY_RETRY_SCHEDULE" | "MAIL_RETRY_SCHEDULE"> {
+export interface AppConfig extends Omit<z.output<typeof EnvSchema>, "DELIVERY_RETRY_SCHEDULE" | "MAIL_RETRY_SCHEDULE" | "DELIVERY_ORIGIN_CONNECTIONS"> {
 	production: boolean;
+	DELIVERY_ORIGIN_CONNECTIONS: number;
 	DELIVERY_RETRY_SCHEDULE: number[];
 	MAIL_RETRY_SCHEDULE: number[];
 	/** Present after resolveSecrets(): always set for a running service. */
@@ -209,6 +213,7 @@ export function parseConfig(env: NodeJS.ProcessEnv | Env = process.env): AppConf
 	return {
 		...parsed,
 		production: parsed.NODE_ENV === "production",
+		DELIVERY_ORIGIN_CONNECTIONS: parsed.DELIVERY_ORIGIN_CONNECTIONS ?? parsed.DELIVERY_CONCURRENCY,
 		DELIVERY_RETRY_SCHEDULE: scheduleFrom("DELIVERY_RETRY_SCHEDULE", parsed.DELIVERY_RETRY_SCHEDULE),
 		MAIL_RETRY_SCHEDULE: scheduleFrom("MAIL_RETRY_SCHEDULE", parsed.MAIL_RETRY_SCHEDULE),
 	};

@@ -127,7 +127,7 @@ const DispatcherService: ServiceSchema<ServiceSettingSchema, DispatcherThis> = {
 		const senderOptions = {
 			allowNets: this.config.WEBHOOK_ALLOW_NETS,
 			caFile: this.config.WEBHOOK_CA_FILE,
-			connectionsPerOrigin: this.config.DELIVERY_WEBHOOK_CONCURRENCY,
+			connectionsPerOrigin: this.config.DELIVERY_ORIGIN_CONNECTIONS,
 		};
 		if (this.config.DELIVERY_SENDER_THREADS === 0) {
 			this.sender = new WebhookSender(senderOptions);

@@ -51,6 +51,13 @@ describe("configuration", () => {
 		for (const unset of ["DATABASE_URL", "TRANSPORTER", "SMTP_URL", "AUTH_JWKS_URL", "WEBHOOK_CA_FILE"] as const) expect(config[unset]).toBeUndefined();
 	});
 
+	it("gives one origin the instance's whole delivery concurrency unless told otherwise, apart from the per-webhook limit", () => {
+		expect(parseConfig({})).toMatchObject({ DELIVERY_CONCURRENCY: 64, DELIVERY_WEBHOOK_CONCURRENCY: 8, DELIVERY_ORIGIN_CONNECTIONS: 64 });
+		expect(parseConfig({ DELIVERY_CONCURRENCY: "200" }).DELIVERY_ORIGIN_CONNECTIONS).toBe(200);
+		expect(parseConfig({ DELIVERY_ORIGIN_CONNECTIONS: "16" })).toMatchObject({ DELIVERY_ORIGIN_CONNECTIONS: 16, DELIVERY_WEBHOOK_CONCURRENCY: 8 });
+		expect(() => parseConfig({ DELIVERY_ORIGIN_CONNECTIONS: "0" })).toThrow(/DELIVERY_ORIGIN_CONNECTIONS/);
+	});
+
 	it("treats an empty variable as unset, as shells and compose files do", () => {
 		const config = parseConfig({ PORT: "", DATABASE_URL: "", SERVICES: "" });
 		expect(config).toMatchObject({ PORT: 3000, SERVICES: [...ALL_SERVICES] });
