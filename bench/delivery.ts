@@ -40,7 +40,8 @@ import { intakeMiddlewares, ORDER_STATUS_CHANNEL } from "../lib/intake-channel";
 import { testCertificate } from "../test/helpers/https-receiver";
 import { startChild, type ChildServer } from "./lib/child";
 import type { ProbeFigures } from "./lib/event-loop-probe";
-import { monotonicMs, type ReceiverMessage, type ReceiverReady } from "./lib/receiver";
+import { monotonicMs, type ReceiverReady } from "./lib/receiver";
+import { Receivers } from "./lib/receivers";
 import { concurrentLoops, floorBody, keyOf, signedPost, type SignedTarget } from "./lib/signed-post";
 import { machineCoresBetween, mean, percentile, readMachine, round } from "./lib/stats";
 
@@ -76,50 +77,6 @@ const runId = `b${crypto.randomBytes(3).toString("hex")}`;
 let deployments = 0;
 
 type Probe = Omit<ProbeFigures, "type">;
-
-/** The receivers' child process, and what it reports. */
-class Receivers {
-	ok = 0;
-	slow = 0;
-	fail = 0;
-	private waiters: Array<{ count: number; resolve(): void }> = [];
-	private sampleRequests: Array<(samples: Array<[number, number]>) => void> = [];
-
-	constructor(readonly child: ChildServer<ReceiverReady>) {
-		child.process.on("message", (message: ReceiverMessage) => {
-			if (message.type === "count") {
-				({ ok: this.ok, slow: this.slow, fail: this.fail } = message);
-				const waiting = this.waiters;
-				this.waiters = waiting.filter(waiter => waiter.count > this.ok);
-				for (const waiter of waiting) if (waiter.count <= this.ok) waiter.resolve();
-			} else if (message.type === "samples") {
-				this.sampleRequests.shift()?.(message.samples);
-			}
-		});
-	}
-
-	get ports(): number[] {
-		return this.child.ready.ports;
-	}
-
-	/** Resolves once `count` requests to "ok" endpoints have been answered (since the start). */
-	waitForOk(count: number): Promise<void> {
-		if (this.ok >= count) return Promise.resolve();
-		return new Promise(resolve => this.waiters.push({ count, resolve }));
-	}
-
-	/** [sent_at, latency ms] of the requests that arrived since the last call. */
-	samples(): Promise<Array<[number, number]>> {
-		return new Promise(resolve => {
-			this.sampleRequests.push(resolve);
-			this.child.process.send("samples");
-		});
-	}
-
-	stop(): Promise<void> {
-		return this.child.stop();
-	}
-}
 
 function probe(node: ChildServer<unknown>): Promise<Probe> {
 	return new Promise(resolve => {

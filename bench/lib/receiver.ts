@@ -4,8 +4,10 @@
 // once, "slow" answers 200 after SLOW_MS, "fail" always answers 500.
 //
 // For bodies that carry `"sent_at":<ms>` (the monotonic clock, shared by every process on the
-// machine), an "ok" endpoint records [sent_at, latency] for the parent. Counts of answered "ok"
-// requests are pushed to the parent every few milliseconds while they change.
+// machine), an "ok" endpoint records [sent_at, latency] for the parent. Throughput is counted
+// here, by the receiver: "ok" counts distinct message ids (webhook-id) answered 200, so that a
+// repeat never stands in for a missing delivery; repeats are counted apart. The counts are pushed
+// to the parent every few milliseconds while they change.
 import https from "node:https";
 import type { AddressInfo } from "node:net";
 import { startEventLoopProbe } from "./event-loop-probe";
@@ -16,7 +18,7 @@ export const SLOW_MS = 100;
 export interface ReceiverReady {
 	ports: number[];
 }
-export type ReceiverMessage = { type: "count"; ok: number; slow: number; fail: number } | { type: "samples"; samples: Array<[number, number]> };
+export type ReceiverMessage = { type: "count"; ok: number; repeats: number; slow: number; fail: number } | { type: "samples"; samples: Array<[number, number]> };
 
 export const monotonicMs = () => Number(process.hrtime.bigint()) / 1e6;
 
@@ -24,7 +26,8 @@ function main(): void {
 	const kinds = (process.env.RECEIVER_ENDPOINTS ?? "ok").split(",") as EndpointKind[];
 	const key = process.env.RECEIVER_KEY!;
 	const cert = process.env.RECEIVER_CERT!;
-	const counts = { ok: 0, slow: 0, fail: 0 };
+	const counts = { ok: 0, repeats: 0, slow: 0, fail: 0 };
+	const okIds = new Set<string>();
 	let samples: Array<[number, number]> = [];
 	let reported = -1;
 
@@ -35,7 +38,12 @@ function main(): void {
 			req.on("end", () => {
 				const arrived = monotonicMs();
 				const answer = (status: number) => {
-					counts[kind] += 1;
+					if (kind !== "ok") counts[kind] += 1;
+					else if (okIds.has(String(req.headers["webhook-id"]))) counts.repeats += 1;
+					else {
+						okIds.add(String(req.headers["webhook-id"]));
+						counts.ok += 1;
+					}
 					res.writeHead(status, { "content-type": "text/plain" });
 					res.end(status === 200 ? "ok" : "nope");
 				};
@@ -64,7 +72,7 @@ function main(): void {
 		});
 	}
 	setInterval(() => {
-		const total = counts.ok + counts.slow + counts.fail;
+		const total = counts.ok + counts.repeats + counts.slow + counts.fail;
 		if (total === reported) return;
 		reported = total;
 		process.send!({ type: "count", ...counts } satisfies ReceiverMessage);

@@ -1,0 +1,60 @@
+// The parent's side of the receivers' child process (bench/lib/receiver.ts): its counts as they
+// arrive, waits on them, and its latency samples.
+import type { ChildServer } from "./child";
+import type { ReceiverMessage, ReceiverReady } from "./receiver";
+
+/** The receivers' child process, and what it reports. */
+export class Receivers {
+	/** Distinct message ids answered 200 by "ok" endpoints, since the start. */
+	ok = 0;
+	/** Further requests for a message id an "ok" endpoint had already answered. */
+	repeats = 0;
+	slow = 0;
+	fail = 0;
+	private waiters: Array<{ count: number; resolve(): void }> = [];
+	private sampleRequests: Array<(samples: Array<[number, number]>) => void> = [];
+
+	constructor(readonly child: ChildServer<ReceiverReady>) {
+		child.process.on("message", (message: ReceiverMessage) => {
+			if (message.type === "count") {
+				({ ok: this.ok, repeats: this.repeats, slow: this.slow, fail: this.fail } = message);
+				const waiting = this.waiters;
+				this.waiters = waiting.filter(waiter => waiter.count > this.ok);
+				for (const waiter of waiting) if (waiter.count <= this.ok) waiter.resolve();
+			} else if (message.type === "samples") {
+				this.sampleRequests.shift()?.(message.samples);
+			}
+		});
+	}
+
+	get ports(): number[] {
+		return this.child.ready.ports;
+	}
+
+	/** Resolves once `count` distinct messages to "ok" endpoints have been answered (since the start); with `boundMs`, rejects past it. */
+	waitForOk(count: number, boundMs?: number): Promise<void> {
+		if (this.ok >= count) return Promise.resolve();
+		return new Promise((resolve, reject) => {
+			const timer = boundMs === undefined ? undefined : setTimeout(() => reject(new Error(`the receivers counted ${this.ok} messages, not ${count}, within ${boundMs} ms`)), boundMs);
+			this.waiters.push({
+				count,
+				resolve: () => {
+					clearTimeout(timer);
+					resolve();
+				},
+			});
+		});
+	}
+
+	/** [sent_at, latency ms] of the requests that arrived since the last call. */
+	samples(): Promise<Array<[number, number]>> {
+		return new Promise(resolve => {
+			this.sampleRequests.push(resolve);
+			this.child.process.send("samples");
+		});
+	}
+
+	stop(): Promise<void> {
+		return this.child.stop();
+	}
+}
