@@ -116,6 +116,13 @@ const DispatcherService: ServiceSchema<ServiceSettingSchema, DispatcherThis> = {
 				[],
 				[0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300],
 			),
+			claims: histogram(
+				this.broker,
+				"webhook_delivery_claim_seconds",
+				"Duration of claim statements (with their bodies' read), by kind: due (all webhooks' due rows) or webhook (one webhook's refill or probe)",
+				["kind"],
+				[0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1],
+			),
 		};
 	},
 

@@ -153,6 +153,10 @@ describe.each(testDatabases())("metrics on %s", database => {
 		expect(lagCount(after) - lagCount(before)).toBe(1);
 		expect(metricValue(after, "webhook_delivery_first_attempt_lag_seconds_bucket", { le: "+Inf" })).toBe(lagCount(after));
 		expect(metricValue(after, "webhook_delivery_first_attempt_lag_seconds_sum")).toBeGreaterThanOrEqual(0);
+		// The retry came due by the clock and was claimed: claims of due rows were timed.
+		const claims = (page: string) => metricValue(page, "webhook_delivery_claim_seconds_count", { kind: "due" }) ?? 0;
+		expect(claims(after)).toBeGreaterThan(claims(before));
+		expect(metricValue(after, "webhook_delivery_claim_seconds_bucket", { kind: "due", le: "+Inf" })).toBe(claims(after));
 		// The stack runs the default single sender thread, which sent both attempts.
 		const utilization = metricValue(after, "webhook_sender_event_loop_utilization", { thread: "0" });
 		expect(utilization).toBeGreaterThan(0);

@@ -168,6 +168,15 @@ export const ClaimsMixin: DispatcherMixin = {
 		 * (claimRowsOf), and their piles of due retries would hide other rows from the look-ahead.
 		 */
 		async claimBatch(this: DispatcherThis, limit: number, dueSince: number | null = null): Promise<ClaimedBatch> {
+			const timer = this.metrics.claims.startTimer({ kind: "due" });
+			try {
+				return await this.claimDueRows(limit, dueSince);
+			} finally {
+				timer();
+			}
+		},
+
+		async claimDueRows(this: DispatcherThis, limit: number, dueSince: number | null): Promise<ClaimedBatch> {
 			const now = Date.now();
 			const leaseId = crypto.randomUUID();
 			const leaseExpiresAt = now + this.config.DELIVERY_LEASE;
@@ -224,6 +233,15 @@ export const ClaimsMixin: DispatcherMixin = {
 		 * webhook's rows), a probe took 20-86 ms on SQLite.
 		 */
 		async claimRowsOf(this: DispatcherThis, webhookId: string, limit: number): Promise<ClaimedBatch> {
+			const timer = this.metrics.claims.startTimer({ kind: "webhook" });
+			try {
+				return await this.claimRowsOfWebhook(webhookId, limit);
+			} finally {
+				timer();
+			}
+		},
+
+		async claimRowsOfWebhook(this: DispatcherThis, webhookId: string, limit: number): Promise<ClaimedBatch> {
 			const now = Date.now();
 			const leaseId = crypto.randomUUID();
 			const leaseExpiresAt = now + this.config.DELIVERY_LEASE;

@@ -231,6 +231,7 @@ export type DispatcherThis = DbServiceThis & {
 		deliveries: ReturnType<typeof counter>;
 		duration: ReturnType<typeof histogram>;
 		firstAttemptLag: ReturnType<typeof histogram>;
+		claims: ReturnType<typeof histogram>;
 	};
 
 	// intake.mixin.ts
@@ -267,10 +268,12 @@ export type DispatcherThis = DbServiceThis & {
 	claimDue(): Promise<void>;
 	claimUntilFull(): Promise<void>;
 	claimBatch(limit: number, dueSince?: number | null): Promise<ClaimedBatch>;
+	claimDueRows(limit: number, dueSince: number | null): Promise<ClaimedBatch>;
 	releaseDrained(seqBefore: number): boolean;
 	claimPass(): Promise<void>;
 	claimRefills(): Promise<void>;
 	claimRowsOf(webhookId: string, limit: number): Promise<ClaimedBatch>;
+	claimRowsOfWebhook(webhookId: string, limit: number): Promise<ClaimedBatch>;
 	withBodies(rows: ClaimedRow[], leaseId: string, leaseExpiresAt: number): Promise<LeasedDelivery[]>;
 	takeClaimed(batch: ClaimedBatch): ClaimedBatch;
 	claimSoon(): void;
