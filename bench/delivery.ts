@@ -17,9 +17,10 @@
 //    steady state. The same load through the bare relay gives the comparison. LATENCY_ROUNDS
 //    rounds, relay and dispatcher alternating, each on a fresh start; the samples are pooled.
 // Scenarios: SQLite (one node, embedded database), PostgreSQL (one node), cluster (a gateway
-// node and two dispatcher processes on PostgreSQL), and bad neighbours (SQLite: the healthy
+// node and two dispatcher processes on PostgreSQL), bad neighbours (SQLite: the healthy
 // webhooks with and without one endpoint answering after 100 ms and one always answering 500,
-// whose retries are due all the time).
+// whose retries are due all the time), and backlog (open-loop bursts, cold and warm, small and
+// large, with millions of deliveries pending: bench/lib/backlog.ts).
 //
 // BENCH_SCENARIOS=sqlite,postgresql,cluster,neighbours picks scenarios; BENCH_PROFILE_DIR=<dir>
 // runs the service nodes with --cpu-prof into that folder; BENCH_SAMPLES_FILE=<file> appends each
@@ -42,6 +43,7 @@ import { startChild, type ChildServer } from "./lib/child";
 import type { ProbeFigures } from "./lib/event-loop-probe";
 import { monotonicMs, type ReceiverReady } from "./lib/receiver";
 import { Receivers } from "./lib/receivers";
+import { againstFloor, backlogScenario, type BacklogHarness } from "./lib/backlog";
 import { concurrentLoops, floorBody, keyOf, signedPost, type SignedTarget } from "./lib/signed-post";
 import { machineCoresBetween, mean, percentile, readMachine, round } from "./lib/stats";
 
@@ -60,7 +62,7 @@ const LATENCY_ROUNDS = Number(process.env.BENCH_LATENCY_ROUNDS ?? 3);
 const GOALS = { throughput_ratio: 0.5, throughput_ratio_stretch: 0.8, p99_vs_relay: 2, neighbours_within: 0.2 };
 const NATS_URL = process.env.BENCH_NATS_URL ?? "nats://127.0.0.1:4222";
 const DATABASE_URL = process.env.BENCH_DATABASE_URL ?? "postgres://postgres@127.0.0.1:5432/test";
-const SCENARIOS = (process.env.BENCH_SCENARIOS ?? "sqlite,postgresql,cluster,neighbours").split(",");
+const SCENARIOS = (process.env.BENCH_SCENARIOS ?? "sqlite,postgresql,cluster,neighbours,backlog").split(",");
 const PROFILE_DIR = process.env.BENCH_PROFILE_DIR;
 const SAMPLES_FILE = process.env.BENCH_SAMPLES_FILE;
 // The latency load in deliveries per second, instead of half the measured throughput: an A/B of
@@ -231,7 +233,7 @@ function orderEvent(extra: Record<string, unknown> = {}) {
 	return { customer_id: CUSTOMER, user_id: "bench-user", order_id: `order-${runId}-${eventSeq}`, status: "fulfilled", order_name: "Benchmark order", details: extra };
 }
 
-async function succeededOf(deployment: Deployment): Promise<number> {
+async function succeededOf(deployment: Pick<Deployment, "db" | "healthyIds">): Promise<number> {
 	const [{ count }] = await deployment.db("deliveries").where({ status: "succeeded" }).whereIn("webhook_id", deployment.healthyIds).count({ count: "*" });
 	return Number(count);
 }
@@ -260,7 +262,7 @@ async function closedLoopRate(send: (event: object) => Promise<void>, receivers:
 }
 
 /** The dispatcher's throughput: a delivery counts once it is recorded as succeeded. */
-async function throughput(deployment: Deployment, receivers: Receivers, events: number): Promise<number> {
+async function throughput(deployment: Pick<Deployment, "db" | "healthyIds" | "send">, receivers: Receivers, events: number): Promise<number> {
 	const baseSucceeded = await succeededOf(deployment);
 	return closedLoopRate(deployment.send, receivers, events, deployment.healthyIds.length, async expected => {
 		while ((await succeededOf(deployment)) < baseSucceeded + expected) await sleep(5);
@@ -539,6 +541,15 @@ export async function run(): Promise<object> {
 				pending.push({ name: "cluster_postgresql", figures });
 			} else if (scenario === "neighbours") {
 				results.neighbours_sqlite = await neighboursScenario(urls.slice(0, 8), urls.slice(HEALTHY), caFile, receivers);
+			} else if (scenario === "backlog") {
+				const harness: BacklogHarness = {
+					receivers,
+					deploy: options => deploy({ ...options, caFile }),
+					closedLoop: (deployment, events) => throughput(deployment, receivers, events),
+					orderEvent: () => orderEvent(),
+					probe: probeAll,
+				};
+				results.backlog = await backlogScenario(harness, healthyUrls);
 			} else {
 				throw new Error(`unknown scenario ${scenario}`);
 			}
@@ -549,6 +560,11 @@ export async function run(): Promise<object> {
 		for (const { figures } of pending) {
 			figures.throughput_ratio = ratioOf(figures.deliveries_per_s, floorRate);
 			figures.throughput_vs_relay = ratioOf(figures.deliveries_per_s, relayRate);
+		}
+		if (results.backlog) {
+			// The raw loop's CPU per delivery: the floor's client and receivers, before and after.
+			const rawUs = mean([floorBeforeRun, floorAfterRun].map(f => ((f.client_cores + f.receiver_cores) / f.rate) * 1e6));
+			results.backlog = againstFloor(results.backlog as Awaited<ReturnType<typeof backlogScenario>>, floorRate, rawUs);
 		}
 		return {
 			machine: { cpus: os.cpus().length, model: os.cpus()[0]?.model, node: process.version, loadavg_before: loadBefore.map(v => round(v)), loadavg_after: os.loadavg().map(v => round(v)) },

@@ -15,9 +15,12 @@ export interface ProbeFigures {
 	/** A dispatcher's sender threads (from its metrics): the worst thread's delay p99, the busiest one's utilisation. */
 	sender_delay_p99_ms?: number;
 	sender_utilization?: number;
+	/** A dispatcher's claims of due rows since it started (from its metrics): how many, and their seconds in all. */
+	claims_due?: number;
+	claims_due_seconds?: number;
 }
 
-export type SenderLoopReader = () => Promise<Pick<ProbeFigures, "sender_delay_p99_ms" | "sender_utilization">>;
+export type SenderLoopReader = () => Promise<Pick<ProbeFigures, "sender_delay_p99_ms" | "sender_utilization" | "claims_due" | "claims_due_seconds">>;
 
 export function startEventLoopProbe(readSenderLoop?: SenderLoopReader): void {
 	const histogram = monitorEventLoopDelay({ resolution: 1 });

@@ -17,14 +17,17 @@ async function main(): Promise<void> {
 	serveUntilStopped({ nodeID: app.broker.nodeID }, () => app.stop());
 }
 
-/** The dispatcher's sender-thread gauges (none on a node without a dispatcher, or without threads). */
+/** The dispatcher's sender-thread gauges and claim totals (none on a node without a dispatcher). */
 function senderLoopOf(broker: ServiceBroker): SenderLoopReader {
-	const valuesOf = async (name: string) => ((await metricsOf(broker).getSingleMetric(name)?.get())?.values ?? []).map(sample => sample.value);
+	const samplesOf = async (name: string) => (await metricsOf(broker).getSingleMetric(name)?.get())?.values ?? [];
+	const valuesOf = async (name: string) => (await samplesOf(name)).map(sample => sample.value);
 	return async () => {
 		const delays = await valuesOf("webhook_sender_event_loop_delay_p99_seconds");
 		const busy = await valuesOf("webhook_sender_event_loop_utilization");
-		if (delays.length === 0) return {};
-		return { sender_delay_p99_ms: Math.round(Math.max(...delays) * 1e5) / 100, sender_utilization: Math.round(Math.max(...busy) * 100) / 100 };
+		const claimsOf = async (suffix: string) => (await samplesOf("webhook_delivery_claim_seconds")).find(sample => (sample as { metricName?: string }).metricName === `webhook_delivery_claim_seconds_${suffix}` && sample.labels.kind === "due")?.value ?? 0;
+		const claims = { claims_due: await claimsOf("count"), claims_due_seconds: await claimsOf("sum") };
+		if (delays.length === 0) return claims;
+		return { sender_delay_p99_ms: Math.round(Math.max(...delays) * 1e5) / 100, sender_utilization: Math.round(Math.max(...busy) * 100) / 100, ...claims };
 	};
 }
 

@@ -1,0 +1,253 @@
+// The backlog scenario of the delivery benchmark (BENCH_SCENARIOS=backlog): what real backlogs
+// meet, where the closed loop never goes. A receiver back after an outage, a batch of orders that
+// change status at once, a dispatcher restarted in a busy hour: many deliveries at once, more
+// than intake can lease straight to the worker, so most go through the database and the claims.
+//
+// Per mode (SQLite one node, PostgreSQL one node, the cluster: a gateway node and two dispatcher
+// processes on PostgreSQL and JetStream) and per layout (each webhook on its own origin, or all
+// ten on one host, as behind one API gateway), on one deployment that stays up:
+//   1. a burst of SMALL deliveries on the freshly started node (its first work: cold code, new
+//      connections),
+//   2. WARM_BURSTS more of SMALL (their median is the warm rate),
+//   3. the closed loop of the throughput scenario, for the open-loop-against-closed-loop ratio,
+//   4. LARGE_RUNS bursts of LARGE, each against the warm median.
+// A burst is open loop: every event is sent at once (SENDERS producer calls in flight), and it
+// counts until the receivers have answered 200 to every delivery (distinct message ids). A burst
+// that loses anything within its bound is marked invalid and gets no rate.
+// On the one-node modes (own origins) the deployment then gets deliveries pending for a later
+// retry, inserted straight into its table, in steps (PENDING_STEPS), and WARM_BURSTS bursts of
+// SMALL at each step: their rate against the empty table's, and the mean claim of due rows
+// (the dispatchers' webhook_delivery_claim_seconds) against the first step's.
+//
+// CPU per delivery during each burst: the service's processes (all their threads), PostgreSQL
+// (every postgres process) and nats-server, read from /proc, beside the receivers' (apart).
+import crypto from "node:crypto";
+import type { Knex } from "knex";
+import type { ChildServer } from "./child";
+import type { ProbeFigures } from "./event-loop-probe";
+import { BROKER_PROCESSES, DATABASE_PROCESSES, cpuSecondsOf } from "./process-cpu";
+import { monotonicMs } from "./receiver";
+import type { Receivers } from "./receivers";
+import { percentile, round } from "./stats";
+
+const SMALL = Number(process.env.BENCH_BACKLOG_SMALL ?? 5_000);
+const LARGE = Number(process.env.BENCH_BACKLOG_LARGE ?? 100_000);
+const LARGE_RUNS = Number(process.env.BENCH_BACKLOG_RUNS ?? 1);
+const WARM_BURSTS = 3;
+const SENDERS = 256;
+const MODES = (process.env.BENCH_BACKLOG_MODES ?? "sqlite,postgresql,cluster").split(",");
+const LAYOUTS = (process.env.BENCH_BACKLOG_LAYOUTS ?? "own_origins,one_host").split(",");
+const PENDING_STEPS = (process.env.BENCH_BACKLOG_PENDING ?? "1000,1000000,10000000").split(",").filter(Boolean).map(Number);
+// Rows per insert statement while the pending deliveries are laid down.
+const PENDING_CHUNK = 250_000;
+export const BACKLOG_GOALS = { large_vs_warm: 0.9, cold_vs_warm: 0.8, open_vs_closed: 0.9, vs_floor: 0.5, pending_vs_empty: 0.9, claim_with_most_pending_vs_fewest: 2, cpu_vs_raw_loop: 1.5 };
+
+type Probe = Omit<ProbeFigures, "type">;
+
+/** What the backlog scenario needs of the delivery benchmark's own machinery. */
+export interface BacklogDeployment {
+	dispatchers: Array<ChildServer<unknown>>;
+	nodes: Array<ChildServer<unknown>>;
+	db: Knex;
+	healthyIds: string[];
+	send(event: object): Promise<void>;
+	stop(): Promise<void>;
+}
+
+export interface BacklogHarness {
+	receivers: Receivers;
+	deploy(options: { engine: "sqlite" | "postgresql"; cluster?: boolean; healthyUrls: string[] }): Promise<BacklogDeployment>;
+	/** The closed-loop throughput (deliveries/s) of `events` events on a running deployment. */
+	closedLoop(deployment: BacklogDeployment, events: number): Promise<number>;
+	orderEvent(): object;
+	probe(nodes: Array<ChildServer<unknown>>): Promise<Probe[]>;
+}
+
+interface CpuPerDelivery {
+	service: number;
+	database: number;
+	nats: number;
+	/** Service, database and NATS: what the goal counts. */
+	total: number;
+	receivers: number;
+}
+
+interface BurstFigures {
+	deliveries: number;
+	received: number;
+	lost: number;
+	repeats: number;
+	valid: boolean;
+	seconds: number;
+	/** Until the producer's last send was acknowledged (the channel, or the database embedded). */
+	intake_seconds: number;
+	deliveries_per_s: number | null;
+	cpu_us_per_delivery: CpuPerDelivery;
+	/** The dispatchers' claims of due rows during the burst: how many, and their mean. */
+	claims_due: number;
+	claim_due_mean_ms: number | null;
+}
+
+const sleep = (ms: number) => new Promise(resolve => setTimeout(resolve, ms));
+const median = (values: number[]) => percentile([...values].sort((a, b) => a - b), 50);
+const ratio = (value: number | null, reference: number | null) => (value === null || reference === null || reference === 0 ? null : round(value / reference, 2));
+const rateOf = (bursts: BurstFigures[]) => (bursts.every(burst => burst.valid) ? median(bursts.map(burst => burst.deliveries_per_s!)) : null);
+
+function claimTotals(probes: Probe[]): { count: number; seconds: number } {
+	return probes.reduce((sum, probe) => ({ count: sum.count + (probe.claims_due ?? 0), seconds: sum.seconds + (probe.claims_due_seconds ?? 0) }), { count: 0, seconds: 0 });
+}
+
+async function burst(harness: BacklogHarness, deployment: BacklogDeployment, deliveries: number): Promise<BurstFigures> {
+	const { receivers } = harness;
+	const webhooks = deployment.healthyIds.length;
+	const events = Array.from({ length: Math.ceil(deliveries / webhooks) }, () => harness.orderEvent());
+	const expected = events.length * webhooks;
+	const baseOk = receivers.ok;
+	const baseRepeats = receivers.repeats;
+	const claimsBefore = claimTotals(await harness.probe(deployment.dispatchers));
+	await harness.probe([...deployment.nodes, receivers.child]); // starts every process's CPU window
+	const database = cpuSecondsOf(DATABASE_PROCESSES);
+	const nats = cpuSecondsOf(BROKER_PROCESSES);
+	const started = monotonicMs();
+	let next = 0;
+	let failedSends = 0;
+	const sender = async () => {
+		while (next < events.length) await deployment.send(events[next++]).catch(() => (failedSends += 1));
+	};
+	await Promise.all(Array.from({ length: SENDERS }, sender));
+	const intakeSeconds = (monotonicMs() - started) / 1000;
+	// The bound only turns a stall into an invalid burst: a minute, plus 10 ms per delivery.
+	const drained = await Promise.race([receivers.waitForOk(baseOk + expected).then(() => true), sleep(60_000 + 10 * expected).then(() => false)]);
+	const seconds = (monotonicMs() - started) / 1000;
+	const probes = await harness.probe([...deployment.nodes, receivers.child]);
+	const databaseSeconds = cpuSecondsOf(DATABASE_PROCESSES) - database;
+	const natsSeconds = cpuSecondsOf(BROKER_PROCESSES) - nats;
+	const claimsAfter = claimTotals(await harness.probe(deployment.dispatchers));
+	const received = receivers.ok - baseOk;
+	const valid = drained && failedSends === 0 && received === expected;
+	const perDelivery = (cpuSeconds: number) => round((cpuSeconds / expected) * 1e6);
+	const serviceSeconds = probes.slice(0, deployment.nodes.length).reduce((sum, probe) => sum + probe.cpu_cores * seconds, 0);
+	const receiverSeconds = probes[deployment.nodes.length].cpu_cores * seconds;
+	const claims = claimsAfter.count - claimsBefore.count;
+	return {
+		deliveries: expected,
+		received,
+		lost: expected - received,
+		repeats: receivers.repeats - baseRepeats,
+		valid,
+		seconds: round(seconds),
+		intake_seconds: round(intakeSeconds),
+		deliveries_per_s: valid ? round(expected / seconds) : null,
+		cpu_us_per_delivery: {
+			service: perDelivery(serviceSeconds),
+			database: perDelivery(databaseSeconds),
+			nats: perDelivery(natsSeconds),
+			total: perDelivery(serviceSeconds + databaseSeconds + natsSeconds),
+			receivers: perDelivery(receiverSeconds),
+		},
+		claims_due: claims,
+		claim_due_mean_ms: claims > 0 ? round(((claimsAfter.seconds - claimsBefore.seconds) / claims) * 1000, 3) : null,
+	};
+}
+
+/**
+ * Adds deliveries pending for a retry a week from now (never due during the run) until the table
+ * holds `total` of them; each has a webhook id of its own, none of which exists.
+ */
+async function addPending(db: Knex, engine: "sqlite" | "postgresql", already: number, total: number): Promise<void> {
+	const now = new Date().toISOString();
+	const later = new Date(Date.now() + 7 * 24 * 3_600_000).toISOString();
+	const eventId = crypto.randomUUID();
+	await db("delivery_messages").insert({ event_id: eventId, customer_id: "bench-pending", user_id: "bench-pending", type: "tasking:order_status", body: "{}", occurred_at: now, created_at: now });
+	for (let done = already; done < total; done += PENDING_CHUNK) {
+		const rows = Math.min(PENDING_CHUNK, total - done);
+		const columns = "id, event_id, webhook_id, customer_id, status, attempt_count, next_attempt_at, created_at, updated_at";
+		if (engine === "postgresql") {
+			await db.raw(`INSERT INTO deliveries (${columns}) SELECT gen_random_uuid()::text, ?, gen_random_uuid()::text, 'bench-pending', 'pending', 1, ?, ?, ? FROM generate_series(1, ?)`, [eventId, later, now, now, rows]);
+		} else {
+			await db.raw(`WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < ?) INSERT INTO deliveries (${columns}) SELECT lower(hex(randomblob(16))), ?, lower(hex(randomblob(16))), 'bench-pending', 'pending', 1, ?, ?, ? FROM n`, [rows, eventId, later, now, now]);
+		}
+	}
+	if (engine === "postgresql") await db.raw("ANALYZE deliveries");
+}
+
+async function pendingSteps(harness: BacklogHarness, deployment: BacklogDeployment, engine: "sqlite" | "postgresql", emptyRate: number | null) {
+	const steps = [];
+	let pending = 0;
+	for (const target of PENDING_STEPS) {
+		const started = monotonicMs();
+		await addPending(deployment.db, engine, pending, target);
+		pending = target;
+		const insertSeconds = round((monotonicMs() - started) / 1000);
+		const bursts = [];
+		for (let i = 0; i < WARM_BURSTS; i++) bursts.push(await burst(harness, deployment, SMALL));
+		const claims = bursts.reduce((sum, b) => sum + b.claims_due, 0);
+		const claimMs = claims > 0 ? bursts.reduce((sum, b) => sum + (b.claim_due_mean_ms ?? 0) * b.claims_due, 0) / claims : null;
+		steps.push({ pending, insert_seconds: insertSeconds, deliveries_per_s: rateOf(bursts), vs_empty_table: ratio(rateOf(bursts), emptyRate), claim_due_mean_ms: claimMs === null ? null : round(claimMs, 3), bursts });
+	}
+	const first = steps[0]?.claim_due_mean_ms ?? null;
+	const last = steps[steps.length - 1]?.claim_due_mean_ms ?? null;
+	return { steps, claim_with_most_pending_vs_fewest: ratio(last, first) };
+}
+
+async function modeRun(harness: BacklogHarness, mode: string, urls: string[], withPending: boolean) {
+	const engine = mode === "sqlite" ? "sqlite" : "postgresql";
+	const deployment = await harness.deploy({ engine, cluster: mode === "cluster", healthyUrls: urls });
+	try {
+		const cold = await burst(harness, deployment, SMALL);
+		const warm = [];
+		for (let i = 0; i < WARM_BURSTS; i++) warm.push(await burst(harness, deployment, SMALL));
+		const warmRate = rateOf(warm);
+		const closed = await harness.closedLoop(deployment, Math.ceil(SMALL * 4 / urls.length));
+		const large = [];
+		for (let i = 0; i < LARGE_RUNS; i++) large.push(await burst(harness, deployment, LARGE));
+		const largeRates = large.map(b => b.deliveries_per_s);
+		return {
+			cold_burst: cold,
+			warm_bursts: warm,
+			warm_deliveries_per_s: warmRate,
+			closed_loop_deliveries_per_s: round(closed),
+			large_bursts: large,
+			cold_vs_warm: ratio(cold.deliveries_per_s, warmRate),
+			large_vs_warm: largeRates.map(rate => ratio(rate, warmRate)),
+			large_vs_closed_loop: largeRates.map(rate => ratio(rate, closed)),
+			...(withPending ? { pending: await pendingSteps(harness, deployment, engine, warmRate) } : {}),
+		};
+	} finally {
+		await deployment.stop();
+	}
+}
+
+type ModeFigures = Awaited<ReturnType<typeof modeRun>>;
+
+/** Runs every mode and layout. */
+export async function backlogScenario(harness: BacklogHarness, healthyUrls: string[]) {
+	const oneHost = healthyUrls.map((_, i) => new URL(`/p${i + 1}`, healthyUrls[0]).toString());
+	const results: Record<string, Record<string, ModeFigures>> = {};
+	for (const mode of MODES) {
+		results[mode] = {};
+		for (const layout of LAYOUTS) {
+			process.stderr.write(`bench delivery: backlog ${mode} ${layout}\n`);
+			const urls = layout === "one_host" ? oneHost : healthyUrls;
+			results[mode][layout] = await modeRun(harness, mode, urls, mode !== "cluster" && layout === LAYOUTS[0] && PENDING_STEPS.length > 0);
+		}
+	}
+	return { small: SMALL, large: LARGE, large_runs: LARGE_RUNS, warm_bursts: WARM_BURSTS, goals: BACKLOG_GOALS, ...results };
+}
+
+/**
+ * The figures against the same run's floor, once it is measured again at the end: the large
+ * bursts' rate ÷ the floor's, and their CPU per delivery (service, database, NATS) ÷ the raw
+ * loop's (the floor's client and receivers together).
+ */
+export function againstFloor(backlog: Awaited<ReturnType<typeof backlogScenario>>, floorRate: number, rawLoopUsPerDelivery: number) {
+	for (const mode of MODES) {
+		for (const layout of LAYOUTS) {
+			const figures = (backlog as unknown as Record<string, Record<string, ModeFigures & Record<string, unknown>>>)[mode]?.[layout];
+			if (!figures) continue;
+			figures.large_vs_floor = figures.large_bursts.map(b => ratio(b.deliveries_per_s, floorRate));
+			figures.large_cpu_vs_raw_loop = figures.large_bursts.map(b => ratio(b.cpu_us_per_delivery.total, rawLoopUsPerDelivery));
+		}
+	}
+	return { ...backlog, raw_loop_cpu_us_per_delivery: round(rawLoopUsPerDelivery) };
+}
