@@ -121,6 +121,8 @@ async function floor(targets: SignedTarget[], ca: string, receivers: Receivers):
 
 interface Deployment {
 	label: string;
+	engine: "sqlite" | "postgresql";
+	cluster: boolean;
 	producer: ServiceBroker;
 	/** The dispatcher processes (one, or two in the cluster). */
 	dispatchers: Array<ChildServer<unknown>>;
@@ -204,6 +206,8 @@ async function deploy(options: DeployOptions): Promise<Deployment> {
 		: knex({ client: "better-sqlite3", connection: { filename: path.join(dataDir, "service.sqlite") }, useNullAsDefault: true });
 	return {
 		label: namespace,
+		engine: options.engine,
+		cluster: Boolean(options.cluster),
 		producer,
 		dispatchers,
 		nodes,
@@ -544,6 +548,7 @@ export async function run(): Promise<object> {
 			} else if (scenario === "backlog") {
 				const harness: BacklogHarness = {
 					receivers,
+					natsUrl: NATS_URL,
 					deploy: options => deploy({ ...options, caFile }),
 					closedLoop: (deployment, events) => throughput(deployment, receivers, events),
 					orderEvent: () => orderEvent(),

@@ -23,6 +23,7 @@
 // (every postgres process) and nats-server, read from /proc, beside the receivers' (apart).
 import crypto from "node:crypto";
 import type { Knex } from "knex";
+import { connect, type NatsConnection } from "nats";
 import type { ChildServer } from "./child";
 import type { ProbeFigures } from "./event-loop-probe";
 import { BROKER_PROCESSES, DATABASE_PROCESSES, cpuSecondsOf } from "./process-cpu";
@@ -46,6 +47,8 @@ type Probe = Omit<ProbeFigures, "type">;
 
 /** What the backlog scenario needs of the delivery benchmark's own machinery. */
 export interface BacklogDeployment {
+	engine: "sqlite" | "postgresql";
+	cluster: boolean;
 	dispatchers: Array<ChildServer<unknown>>;
 	nodes: Array<ChildServer<unknown>>;
 	db: Knex;
@@ -56,6 +59,7 @@ export interface BacklogDeployment {
 
 export interface BacklogHarness {
 	receivers: Receivers;
+	natsUrl: string;
 	deploy(options: { engine: "sqlite" | "postgresql"; cluster?: boolean; healthyUrls: string[] }): Promise<BacklogDeployment>;
 	/** The closed-loop throughput (deliveries/s) of `events` events on a running deployment. */
 	closedLoop(deployment: BacklogDeployment, events: number): Promise<number>;
@@ -86,6 +90,62 @@ interface BurstFigures {
 	/** The dispatchers' claims of due rows during the burst: how many, and their mean. */
 	claims_due: number;
 	claim_due_mean_ms: number | null;
+	/** PostgreSQL's work per delivery (the whole server: nothing else should run meanwhile). */
+	postgresql_per_delivery?: DatabaseWork;
+	/** Messages and bytes on NATS per delivery (every subject but the server's own), in the cluster. */
+	nats_per_delivery?: { messages: number; bytes: number };
+}
+
+interface DatabaseWork {
+	transactions: number;
+	rows_inserted: number;
+	rows_updated: number;
+	rows_deleted: number;
+	rows_read: number;
+	wal_bytes: number;
+}
+
+interface DatabaseCounters extends DatabaseWork {
+	lsn: string;
+}
+
+async function databaseCounters(db: Knex): Promise<DatabaseCounters> {
+	const { rows } = await db.raw(
+		`SELECT xact_commit + xact_rollback AS transactions, tup_inserted AS rows_inserted, tup_updated AS rows_updated, tup_deleted AS rows_deleted,
+			tup_returned + tup_fetched AS rows_read, pg_current_wal_lsn()::text AS lsn
+		FROM pg_stat_database WHERE datname = current_database()`,
+	);
+	const row = rows[0];
+	return { transactions: Number(row.transactions), rows_inserted: Number(row.rows_inserted), rows_updated: Number(row.rows_updated), rows_deleted: Number(row.rows_deleted), rows_read: Number(row.rows_read), wal_bytes: 0, lsn: row.lsn };
+}
+
+async function databaseWorkBetween(db: Knex, before: DatabaseCounters, deliveries: number): Promise<DatabaseWork> {
+	// Backends publish their statistics at most once a second, when idle.
+	await sleep(1_500);
+	const after = await databaseCounters(db);
+	const { rows } = await db.raw("SELECT pg_wal_lsn_diff(?::pg_lsn, ?::pg_lsn) AS bytes", [after.lsn, before.lsn]);
+	const per = (field: keyof DatabaseWork) => round((Number(after[field]) - Number(before[field])) / deliveries, 2);
+	return { transactions: per("transactions"), rows_inserted: per("rows_inserted"), rows_updated: per("rows_updated"), rows_deleted: per("rows_deleted"), rows_read: per("rows_read"), wal_bytes: round(Number(rows[0].bytes) / deliveries) };
+}
+
+/** Counts what crosses NATS while it runs: a subscriber to every subject. */
+async function natsTraffic(url: string): Promise<{ read(): { messages: number; bytes: number }; close(): Promise<void> }> {
+	const nats: NatsConnection = await connect({ servers: new URL(url).host });
+	let messages = 0;
+	let bytes = 0;
+	const subscription = nats.subscribe(">", {
+		callback: (_err, message) => {
+			messages += 1;
+			bytes += message.data.length + message.subject.length + (message.headers ? message.headers.toString().length : 0);
+		},
+	});
+	return {
+		read: () => ({ messages, bytes }),
+		async close() {
+			subscription.unsubscribe();
+			await nats.close();
+		},
+	};
 }
 
 const sleep = (ms: number) => new Promise(resolve => setTimeout(resolve, ms));
@@ -97,7 +157,7 @@ function claimTotals(probes: Probe[]): { count: number; seconds: number } {
 	return probes.reduce((sum, probe) => ({ count: sum.count + (probe.claims_due ?? 0), seconds: sum.seconds + (probe.claims_due_seconds ?? 0) }), { count: 0, seconds: 0 });
 }
 
-async function burst(harness: BacklogHarness, deployment: BacklogDeployment, deliveries: number): Promise<BurstFigures> {
+async function burst(harness: BacklogHarness, deployment: BacklogDeployment, deliveries: number, options: { countNats?: boolean } = {}): Promise<BurstFigures> {
 	const { receivers } = harness;
 	const webhooks = deployment.healthyIds.length;
 	const events = Array.from({ length: Math.ceil(deliveries / webhooks) }, () => harness.orderEvent());
@@ -106,6 +166,9 @@ async function burst(harness: BacklogHarness, deployment: BacklogDeployment, del
 	const baseRepeats = receivers.repeats;
 	const claimsBefore = claimTotals(await harness.probe(deployment.dispatchers));
 	await harness.probe([...deployment.nodes, receivers.child]); // starts every process's CPU window
+	const counters = deployment.engine === "postgresql" ? await databaseCounters(deployment.db) : undefined;
+	// Apart: the counting subscriber doubles what nats-server sends, so its CPU would not be the service's.
+	const traffic = options.countNats ? await natsTraffic(harness.natsUrl) : undefined;
 	const database = cpuSecondsOf(DATABASE_PROCESSES);
 	const nats = cpuSecondsOf(BROKER_PROCESSES);
 	const started = monotonicMs();
@@ -123,12 +186,15 @@ async function burst(harness: BacklogHarness, deployment: BacklogDeployment, del
 	const databaseSeconds = cpuSecondsOf(DATABASE_PROCESSES) - database;
 	const natsSeconds = cpuSecondsOf(BROKER_PROCESSES) - nats;
 	const claimsAfter = claimTotals(await harness.probe(deployment.dispatchers));
+	const onNats = traffic?.read();
+	await traffic?.close();
 	const received = receivers.ok - baseOk;
 	const valid = drained && failedSends === 0 && received === expected;
 	const perDelivery = (cpuSeconds: number) => round((cpuSeconds / expected) * 1e6);
 	const serviceSeconds = probes.slice(0, deployment.nodes.length).reduce((sum, probe) => sum + probe.cpu_cores * seconds, 0);
 	const receiverSeconds = probes[deployment.nodes.length].cpu_cores * seconds;
 	const claims = claimsAfter.count - claimsBefore.count;
+	process.stderr.write(`bench delivery: burst of ${expected}: ${valid ? `${Math.round(expected / seconds)}/s` : `INVALID, ${expected - received} missing`} in ${seconds.toFixed(1)} s\n`);
 	return {
 		deliveries: expected,
 		received,
@@ -147,6 +213,8 @@ async function burst(harness: BacklogHarness, deployment: BacklogDeployment, del
 		},
 		claims_due: claims,
 		claim_due_mean_ms: claims > 0 ? round(((claimsAfter.seconds - claimsBefore.seconds) / claims) * 1000, 3) : null,
+		...(counters ? { postgresql_per_delivery: await databaseWorkBetween(deployment.db, counters, expected) } : {}),
+		...(onNats ? { nats_per_delivery: { messages: round(onNats.messages / expected, 2), bytes: round(onNats.bytes / expected) } } : {}),
 	};
 }
 
@@ -202,6 +270,8 @@ async function modeRun(harness: BacklogHarness, mode: string, urls: string[], wi
 		const large = [];
 		for (let i = 0; i < LARGE_RUNS; i++) large.push(await burst(harness, deployment, LARGE));
 		const largeRates = large.map(b => b.deliveries_per_s);
+		// NATS traffic per delivery, in a burst of its own (the counting subscriber adds its own load).
+		const natsCounted = mode === "cluster" ? { nats_counted_burst: await burst(harness, deployment, SMALL, { countNats: true }) } : {};
 		return {
 			cold_burst: cold,
 			warm_bursts: warm,
@@ -211,6 +281,7 @@ async function modeRun(harness: BacklogHarness, mode: string, urls: string[], wi
 			cold_vs_warm: ratio(cold.deliveries_per_s, warmRate),
 			large_vs_warm: largeRates.map(rate => ratio(rate, warmRate)),
 			large_vs_closed_loop: largeRates.map(rate => ratio(rate, closed)),
+			...natsCounted,
 			...(withPending ? { pending: await pendingSteps(harness, deployment, engine, warmRate) } : {}),
 		};
 	} finally {
