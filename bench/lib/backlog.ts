@@ -40,7 +40,7 @@ const MODES = (process.env.BENCH_BACKLOG_MODES ?? "sqlite,postgresql,cluster").s
 const LAYOUTS = (process.env.BENCH_BACKLOG_LAYOUTS ?? "own_origins,one_host").split(",");
 const PENDING_STEPS = (process.env.BENCH_BACKLOG_PENDING ?? "1000,1000000,10000000").split(",").filter(Boolean).map(Number);
 // Rows per insert statement while the pending deliveries are laid down.
-const PENDING_CHUNK = 250_000;
+const PENDING_CHUNK = 50_000;
 export const BACKLOG_GOALS = { large_vs_warm: 0.9, cold_vs_warm: 0.8, open_vs_closed: 0.9, vs_floor: 0.5, pending_vs_empty: 0.9, claim_with_most_pending_vs_fewest: 2, cpu_vs_raw_loop: 1.5 };
 
 type Probe = Omit<ProbeFigures, "type">;
