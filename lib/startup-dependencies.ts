@@ -144,7 +144,9 @@ async function waitFor(dependency: Dependency, waitMs: number, onWaiting: (line:
  * has passed; both name the variable and the address, with any password masked.
  */
 export async function waitForDependencies(config: AppConfig, onWaiting: (line: string) => void = () => undefined): Promise<void> {
-	const dependencies = [...(config.TRANSPORTER ? [natsDependency(config.TRANSPORTER)] : []), ...(config.DATABASE_URL ? [postgresDependency(config.DATABASE_URL)] : [])];
+	// Every service but the gateway owns tables; a gateway-only node never opens the database.
+	const usesDatabase = config.SERVICES.some(name => name !== "api");
+	const dependencies = [...(config.TRANSPORTER ? [natsDependency(config.TRANSPORTER)] : []), ...(config.DATABASE_URL && usesDatabase ? [postgresDependency(config.DATABASE_URL)] : [])];
 	const outcomes = await Promise.all(dependencies.map(dependency => waitFor(dependency, config.STARTUP_CONNECT_TIMEOUT, onWaiting)));
 	const failed = outcomes.filter((outcome): outcome is Extract<Outcome, { ok: false }> => !outcome.ok);
 	const refused = failed.filter(outcome => outcome.refused);
