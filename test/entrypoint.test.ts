@@ -305,19 +305,25 @@ describe("the server process", () => {
 			nats = undefined;
 		});
 
-		it("waits at start-up for a NATS server that comes up within STARTUP_CONNECT_TIMEOUT", async () => {
-			nats = await startNatsServer();
-			await nats.stop();
+		/** The server as a node of this test's NATS server, with data and an ops port of its own. */
+		async function startNode(services: string, namespace: string, env: Record<string, string> = {}): Promise<{ running: Running; opsPort: number }> {
 			const opsPort = await freePort();
 			const running = run(["node", "--import", "tsx", "server.ts"], {
-				SERVICES: "topics",
-				TRANSPORTER: nats.url,
-				NAMESPACE: `entry-late-${process.pid}`,
+				SERVICES: services,
+				TRANSPORTER: nats!.url,
+				NAMESPACE: `${namespace}-${process.pid}`,
 				DATA_DIR: dataDir(),
 				HOST: "127.0.0.1",
 				OPS_PORT: String(opsPort),
-				STARTUP_CONNECT_TIMEOUT: "90s",
+				...env,
 			});
+			return { running, opsPort };
+		}
+
+		it("waits at start-up for a NATS server that comes up within STARTUP_CONNECT_TIMEOUT", async () => {
+			nats = await startNatsServer();
+			await nats.stop();
+			const { running, opsPort } = await startNode("topics", "entry-late", { STARTUP_CONNECT_TIMEOUT: "90s" });
 			try {
 				await waitFor(() => running.output().includes(`Waiting up to 90s for NATS at ${nats!.url} (TRANSPORTER)`), running);
 				await nats.start();
@@ -332,15 +338,7 @@ describe("the server process", () => {
 
 		it("stops within its bound on SIGTERM while NATS is down, instead of hanging until SIGKILL", async () => {
 			nats = await startNatsServer();
-			const opsPort = await freePort();
-			const running = run(["node", "--import", "tsx", "server.ts"], {
-				SERVICES: "topics,dispatcher,notifier",
-				TRANSPORTER: nats.url,
-				NAMESPACE: `entry-down-${process.pid}`,
-				DATA_DIR: dataDir(),
-				HOST: "127.0.0.1",
-				OPS_PORT: String(opsPort),
-			});
+			const { running, opsPort } = await startNode("topics,dispatcher,notifier", "entry-down");
 			try {
 				await waitForHealth(running, opsPort, 200);
 				await nats.stop();
@@ -359,15 +357,7 @@ describe("the server process", () => {
 
 		it("answers 503 and exits non-zero once NATS closes the connection for good (credentials no longer accepted)", async () => {
 			nats = await startNatsServer();
-			const opsPort = await freePort();
-			const running = run(["node", "--import", "tsx", "server.ts"], {
-				SERVICES: "topics",
-				TRANSPORTER: nats.url,
-				NAMESPACE: `entry-${process.pid}`,
-				DATA_DIR: dataDir(),
-				HOST: "127.0.0.1",
-				OPS_PORT: String(opsPort),
-			});
+			const { running, opsPort } = await startNode("topics", "entry");
 			try {
 				const up = await waitForHealth(running, opsPort, 200);
 				expect(up.checks).toMatchObject({ transporter: { ok: true }, intake: { ok: true } });
