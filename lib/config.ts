@@ -273,11 +273,12 @@ function productionProblems(variables: Record<string, string>): string[] {
 	if (!services.success) return [];
 	const runs = (name: ServiceName) => services.data.includes(name);
 	const unset = (name: string) => variables[name] === undefined;
+	const needs = secretsNeeded({ SERVICES: services.data, AUTH_JWKS_URL: variables.AUTH_JWKS_URL });
 	const problems: string[] = [];
-	if (runs("api") && unset("AUTH_JWT_SECRET") && unset("AUTH_JWKS_URL")) {
+	if (needs.jwtSecret && unset("AUTH_JWT_SECRET")) {
 		problems.push("AUTH_JWT_SECRET: required with NODE_ENV=production (at least 32 characters, e.g. from openssl rand -base64 48), or AUTH_JWKS_URL instead");
 	}
-	if ((runs("webhooks") || runs("notifier")) && unset("SECRETS_KEY")) {
+	if (needs.secretsKey && unset("SECRETS_KEY")) {
 		problems.push("SECRETS_KEY: required with NODE_ENV=production (base64 of 32 bytes, e.g. from openssl rand -base64 32)");
 	}
 	if (runs("notifier") && unset("PUBLIC_BASE_URL")) {
@@ -295,7 +296,7 @@ interface GeneratedSecrets {
 }
 
 /** Only the gateway checks bearer tokens; only webhooks and the notifier encrypt or sign. */
-function secretsNeeded(config: AppConfig): { jwtSecret: boolean; secretsKey: boolean } {
+function secretsNeeded(config: Pick<AppConfig, "SERVICES" | "AUTH_JWKS_URL">): { jwtSecret: boolean; secretsKey: boolean } {
 	const runs = (name: ServiceName) => config.SERVICES.includes(name);
 	return {
 		jwtSecret: runs("api") && !config.AUTH_JWKS_URL,
