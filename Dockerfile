@@ -18,7 +18,10 @@ RUN npx tsx scripts/build-web.ts
 FROM node:20-bookworm
 
 WORKDIR /app
+# HOST: every interface of the container, so that a published port reaches the gateway (outside
+# production and the image, the service listens on loopback by default).
 ENV NODE_ENV=production \
+	HOST=0.0.0.0 \
 	PORT=3000 \
 	OPS_PORT=3030 \
 	DATA_DIR=/data

@@ -1,6 +1,7 @@
-// Configuration: environment variables validated with zod at startup. A bad value stops
-// startup with a message naming the variable. In the embedded default, missing secrets are
-// generated once into DATA_DIR so that `npm start` needs no set-up; in production they are fatal.
+// Configuration: environment variables validated with zod at startup. Bad or missing values stop
+// startup with one message that names every one of them, so that an operator fixes them all in
+// one go. In the embedded default, missing secrets are generated once into DATA_DIR so that
+// `npm start` needs no set-up; in production they, and the notifier's mail settings, are required.
 import fs from "node:fs";
 import path from "node:path";
 import crypto from "node:crypto";
@@ -8,6 +9,8 @@ import { z } from "zod";
 import type { ServiceBroker } from "moleculer";
 import { parseAllowList } from "./address-ranges";
 import { parseDuration, parseDurationList } from "./durations";
+import { senderDomain } from "./email-message";
+import { MAIL_TO_FILES } from "./mail-transport";
 
 const duration = (fallback: string) =>
 	z
@@ -21,6 +24,41 @@ const duration = (fallback: string) =>
 				return z.NEVER;
 			}
 		});
+
+/** Retry offsets from the first attempt: increasing durations, e.g. "1m,5m,30m,2h,6h". */
+const schedule = (fallback: string) =>
+	z
+		.string()
+		.default(fallback)
+		.transform((text, ctx) => {
+			try {
+				const offsets = parseDurationList(text);
+				if (offsets.length === 0) throw new Error("needs at least one offset");
+				if (offsets.some((offset, i) => i > 0 && offset <= offsets[i - 1])) throw new Error("offsets must increase");
+				return offsets;
+			} catch (err) {
+				ctx.addIssue({ code: "custom", message: (err as Error).message });
+				return z.NEVER;
+			}
+		});
+
+/**
+ * A whole number within bounds, with a message as plain as the durations' ("abc" is not a whole
+ * number from 0 to 65535) rather than zod's "expected number, received NaN".
+ */
+const wholeNumber = (range: { min: number; max?: number; hint?: string }) =>
+	z.union([z.string(), z.number()]).transform((value, ctx) => {
+		const text = String(value).trim();
+		const number = /^\d+$/.test(text) ? Number(text) : NaN;
+		if (!Number.isSafeInteger(number) || number < range.min || (range.max !== undefined && number > range.max)) {
+			const bounds = range.max === undefined ? `of at least ${range.min}` : `from ${range.min} to ${range.max}`;
+			ctx.addIssue({ code: "custom", message: `"${value}" is not a whole number ${bounds}${range.hint ? ` (${range.hint})` : ""}` });
+			return z.NEVER;
+		}
+		return number;
+	});
+
+const port = (fallback: number) => wholeNumber({ min: 0, max: 65535, hint: "0 picks a free port" }).default(fallback);
 
 const csv = z
 	.string()
@@ -67,7 +105,7 @@ function isOrigin(text: string): boolean {
 	}
 }
 
-const positiveInt = (fallback: number) => z.coerce.number().int().positive().default(fallback);
+const positiveInt = (fallback: number) => wholeNumber({ min: 1 }).default(fallback);
 
 export const ALL_SERVICES = ["api", "topics", "webhooks", "users", "dispatcher", "notifier"] as const;
 export type ServiceName = (typeof ALL_SERVICES)[number];
@@ -75,9 +113,11 @@ export type ServiceName = (typeof ALL_SERVICES)[number];
 // Exported so that a test can hold the README's configuration table to exactly these variables.
 export const EnvSchema = z.object({
 	NODE_ENV: z.string().default("development"),
-	PORT: z.coerce.number().int().min(0).max(65535).default(3000),
-	OPS_PORT: z.coerce.number().int().min(0).max(65535).default(3030),
-	HOST: z.string().default("0.0.0.0"),
+	PORT: port(3000),
+	OPS_PORT: port(3030),
+	// Unset: loopback in development (generated secrets stay on this machine), every interface
+	// in production and in the image.
+	HOST: z.string().optional(),
 	DATA_DIR: z.string().default("./data"),
 	DATABASE_URL: z
 		.string()
@@ -126,16 +166,22 @@ export const EnvSchema = z.object({
 	SECRETS_KEY: base64Key32.optional(),
 	RATE_LIMIT_PER_MINUTE: positiveInt(600),
 	// Counted before authentication, so bad tokens count too. Unset: twice RATE_LIMIT_PER_MINUTE.
-	RATE_LIMIT_PER_ADDRESS_PER_MINUTE: z.coerce.number().int().positive().optional(),
+	RATE_LIMIT_PER_ADDRESS_PER_MINUTE: wholeNumber({ min: 1 }).optional(),
 	CORS_ORIGINS: csv.pipe(z.array(z.string().refine(isOrigin, "each entry must be * or an origin such as https://app.example.com"))).transform(origins => origins.map(origin => (origin === "*" ? origin : new URL(origin).origin))),
 	PUBLIC_BASE_URL: z.string().url().optional(),
 
+	// `file:` chooses the .eml files of the embedded default explicitly (production demands a choice).
 	SMTP_URL: z
 		.string()
-		.regex(/^smtps?:\/\//, "must be an smtp:// or smtps:// URL")
+		.refine(text => /^smtps?:\/\//.test(text) || text === MAIL_TO_FILES, `must be an smtp:// or smtps:// URL, or ${MAIL_TO_FILES} for .eml files under DATA_DIR/mail`)
 		.optional(),
-	MAIL_FROM: z.string().default("Satellite Tasking <no-reply@localhost>"),
-	MAIL_RETRY_SCHEDULE: z.string().default("30s,2m,10m,30m,2h"),
+	MAIL_FROM: z
+		.string()
+		.default("Satellite Tasking <no-reply@localhost>")
+		.superRefine((from, ctx) => {
+			if (!senderDomain(from)) ctx.addIssue({ code: "custom", message: `"${from}" has no usable email address (use e.g. Satellite Tasking <no-reply@example.com>)` });
+		}),
+	MAIL_RETRY_SCHEDULE: schedule("30s,2m,10m,30m,2h"),
 	UNSUBSCRIBE_TOKEN_TTL: duration("30d"),
 	SMTP_CA_FILE: pemFile.optional(),
 	MAIL_PREFERENCES_URL: z.string().url().optional(),
@@ -146,7 +192,7 @@ export const EnvSchema = z.object({
 
 	WEBHOOK_ALLOW_NETS: cidrList,
 	WEBHOOK_CA_FILE: pemFile.optional(),
-	DELIVERY_RETRY_SCHEDULE: z.string().default("1m,5m,30m,2h,6h"),
+	DELIVERY_RETRY_SCHEDULE: schedule("1m,5m,30m,2h,6h"),
 	DELIVERY_TIMEOUT: duration("15s"),
 	WEBHOOK_TEST_TIMEOUT: duration("5s"),
 	DELIVERY_CONCURRENCY: positiveInt(64),
@@ -155,7 +201,7 @@ export const EnvSchema = z.object({
 	// so webhooks that share a host never share one webhook's few connections.
 	DELIVERY_ORIGIN_CONNECTIONS: z.coerce.number().int().positive().optional(),
 	// Worker threads that send the HTTPS attempts; 0 sends them on the dispatcher's own event loop.
-	DELIVERY_SENDER_THREADS: z.coerce.number().int().min(0).max(16).default(1),
+	DELIVERY_SENDER_THREADS: wholeNumber({ min: 0, max: 16 }).default(1),
 	DELIVERY_POLL_INTERVAL: duration("1s"),
 	DELIVERY_LEASE: duration("60s"),
 	SECRET_ROTATION_GRACE: duration("24h"),
@@ -163,15 +209,18 @@ export const EnvSchema = z.object({
 	// Endpoint lifecycle (issue 11): auto-disable of dead endpoints and pruning of old data.
 	WEBHOOK_DISABLE_AFTER: duration("5d"),
 	RETENTION_PERIOD: duration("30d"),
+
+	// How long the server waits at start-up for NATS (TRANSPORTER) and PostgreSQL (DATABASE_URL)
+	// to answer before it stops with exit 69 (server.ts, lib/startup-dependencies.ts).
+	STARTUP_CONNECT_TIMEOUT: duration("30s"),
 });
 
 export type Env = z.input<typeof EnvSchema>;
 
-export interface AppConfig extends Omit<z.output<typeof EnvSchema>, "DELIVERY_RETRY_SCHEDULE" | "MAIL_RETRY_SCHEDULE" | "DELIVERY_ORIGIN_CONNECTIONS"> {
+export interface AppConfig extends Omit<z.output<typeof EnvSchema>, "HOST" | "DELIVERY_ORIGIN_CONNECTIONS"> {
 	production: boolean;
+	HOST: string;
 	DELIVERY_ORIGIN_CONNECTIONS: number;
-	DELIVERY_RETRY_SCHEDULE: number[];
-	MAIL_RETRY_SCHEDULE: number[];
 	/** Present after resolveSecrets(): always set for a running service. */
 	AUTH_JWT_SECRET?: string;
 	SECRETS_KEY?: string;
@@ -186,37 +235,69 @@ export class ConfigError extends Error {
 	}
 }
 
-function scheduleFrom(name: string, text: string): number[] {
-	try {
-		const offsets = parseDurationList(text);
-		if (offsets.length === 0) throw new Error("needs at least one offset");
-		if (offsets.some((offset, i) => i > 0 && offset <= offsets[i - 1])) throw new Error("offsets must increase");
-		return offsets;
-	} catch (err) {
-		throw new ConfigError(`Invalid configuration: ${name}: ${(err as Error).message}`);
+/** One ConfigError listing every problem, each on its own line starting with its variable. */
+export function invalidConfiguration(problems: string[]): ConfigError {
+	return new ConfigError(`Invalid configuration:\n${problems.map(problem => `  ${problem}`).join("\n")}`);
+}
+
+/** Empty strings mean "unset", as they do in most shells and compose files. */
+function setVariables(env: NodeJS.ProcessEnv | Env): Record<string, string> {
+	return Object.fromEntries(Object.entries(env).filter((entry): entry is [string, string] => entry[1] !== undefined && entry[1] !== "").map(([name, value]) => [name, String(value)]));
+}
+
+/** Every problem with the variables one by one, and with those that go together. */
+function parseVariables(variables: Record<string, string>): { config?: AppConfig; problems: string[] } {
+	const result = EnvSchema.safeParse(variables);
+	const problems = result.success ? [] : result.error.issues.map(issue => `${issue.path.join(".")}: ${issue.message}`);
+	if (Boolean(variables.OIDC_ISSUER) !== Boolean(variables.OIDC_CLIENT_ID)) {
+		const missing = variables.OIDC_ISSUER ? "OIDC_CLIENT_ID" : "OIDC_ISSUER";
+		problems.push(`${missing}: missing; OIDC_ISSUER and OIDC_CLIENT_ID must be set together`);
 	}
+	if (!result.success || problems.length) return { problems };
+	const production = result.data.NODE_ENV === "production";
+	const config = {
+		...result.data,
+		production,
+		HOST: result.data.HOST ?? (production ? "0.0.0.0" : "127.0.0.1"),
+		DELIVERY_ORIGIN_CONNECTIONS: result.data.DELIVERY_ORIGIN_CONNECTIONS ?? result.data.DELIVERY_CONCURRENCY,
+	};
+	return { config, problems };
 }
 
 /** Validates the environment. Throws ConfigError naming every bad variable. */
 export function parseConfig(env: NodeJS.ProcessEnv | Env = process.env): AppConfig {
-	// Empty strings mean "unset", as they do in most shells and compose files.
-	const cleaned = Object.fromEntries(Object.entries(env).filter(([, value]) => value !== undefined && value !== ""));
-	const result = EnvSchema.safeParse(cleaned);
-	if (!result.success) {
-		const lines = result.error.issues.map(issue => `  ${issue.path.join(".")}: ${issue.message}`);
-		throw new ConfigError(`Invalid configuration:\n${lines.join("\n")}`);
+	const { config, problems } = parseVariables(setVariables(env));
+	if (!config) throw invalidConfiguration(problems);
+	return config;
+}
+
+/**
+ * What production demands of this node's services beyond valid values: the secrets that the
+ * embedded default would generate, and a deliberate choice of where email goes. Judged on the
+ * variables themselves, so that it adds to the list even when other values are bad.
+ */
+function productionProblems(variables: Record<string, string>): string[] {
+	if (variables.NODE_ENV !== "production") return [];
+	const services = EnvSchema.shape.SERVICES.safeParse(variables.SERVICES);
+	// An unknown SERVICES entry is reported by itself; which services would run is then unknown.
+	if (!services.success) return [];
+	const runs = (name: ServiceName) => services.data.includes(name);
+	const unset = (name: string) => variables[name] === undefined;
+	const needs = secretsNeeded({ SERVICES: services.data, AUTH_JWKS_URL: variables.AUTH_JWKS_URL });
+	const problems: string[] = [];
+	if (needs.jwtSecret && unset("AUTH_JWT_SECRET")) {
+		problems.push("AUTH_JWT_SECRET: required with NODE_ENV=production (at least 32 characters, e.g. from openssl rand -base64 48), or AUTH_JWKS_URL instead");
 	}
-	const parsed = result.data;
-	if (Boolean(parsed.OIDC_ISSUER) !== Boolean(parsed.OIDC_CLIENT_ID)) {
-		throw new ConfigError("Invalid configuration:\n  OIDC_ISSUER and OIDC_CLIENT_ID must be set together");
+	if (needs.secretsKey && unset("SECRETS_KEY")) {
+		problems.push("SECRETS_KEY: required with NODE_ENV=production (base64 of 32 bytes, e.g. from openssl rand -base64 32)");
 	}
-	return {
-		...parsed,
-		production: parsed.NODE_ENV === "production",
-		DELIVERY_ORIGIN_CONNECTIONS: parsed.DELIVERY_ORIGIN_CONNECTIONS ?? parsed.DELIVERY_CONCURRENCY,
-		DELIVERY_RETRY_SCHEDULE: scheduleFrom("DELIVERY_RETRY_SCHEDULE", parsed.DELIVERY_RETRY_SCHEDULE),
-		MAIL_RETRY_SCHEDULE: scheduleFrom("MAIL_RETRY_SCHEDULE", parsed.MAIL_RETRY_SCHEDULE),
-	};
+	if (runs("notifier") && unset("PUBLIC_BASE_URL")) {
+		problems.push("PUBLIC_BASE_URL: required with NODE_ENV=production when the notifier runs: the address the links in emails point to");
+	}
+	if (runs("notifier") && unset("SMTP_URL")) {
+		problems.push(`SMTP_URL: required with NODE_ENV=production when the notifier runs (smtp://… or smtps://…); ${MAIL_TO_FILES} writes emails as .eml files under DATA_DIR/mail instead`);
+	}
+	return problems;
 }
 
 interface GeneratedSecrets {
@@ -225,7 +306,7 @@ interface GeneratedSecrets {
 }
 
 /** Only the gateway checks bearer tokens; only webhooks and the notifier encrypt or sign. */
-function secretsNeeded(config: AppConfig): { jwtSecret: boolean; secretsKey: boolean } {
+function secretsNeeded(config: Pick<AppConfig, "SERVICES" | "AUTH_JWKS_URL">): { jwtSecret: boolean; secretsKey: boolean } {
 	const runs = (name: ServiceName) => config.SERVICES.includes(name);
 	return {
 		jwtSecret: runs("api") && !config.AUTH_JWKS_URL,
@@ -277,9 +358,15 @@ export function listenError(variable: string, port: number, err: NodeJS.ErrnoExc
 	return new ConfigError(`Invalid configuration: ${variable}: port ${port} ${why}; stop what holds it or choose another ${variable}`);
 }
 
-/** parseConfig + resolveSecrets: what a process needs before it starts a broker. */
+/**
+ * parseConfig + production's requirements + resolveSecrets: what a process needs before it starts
+ * a broker. Every bad or missing value is in the one ConfigError it throws.
+ */
 export function loadConfig(env: NodeJS.ProcessEnv | Env = process.env): { config: AppConfig; warnings: string[] } {
-	const config = parseConfig(env);
+	const variables = setVariables(env);
+	const { config, problems } = parseVariables(variables);
+	problems.push(...productionProblems(variables));
+	if (!config || problems.length) throw invalidConfiguration(problems);
 	const generated = resolveSecrets(config);
 	const warnings = generated.length ? [`Using secrets kept under DATA_DIR, not for production: ${generated.join(", ")}`] : [];
 	return { config, warnings };

@@ -1,6 +1,7 @@
-// Hands a composed email to nodemailer: over SMTP when SMTP_URL is set, otherwise (the embedded
-// default) into an .eml file under DATA_DIR/mail named after the Message-ID, so that a resend
-// of the same email overwrites its file instead of adding a second one.
+// Hands a composed email to nodemailer: over SMTP when SMTP_URL is an smtp(s):// URL, otherwise
+// (unset in the embedded default, or `file:` chosen explicitly) into an .eml file under
+// DATA_DIR/mail named after the Message-ID, so that a resend of the same email overwrites its
+// file instead of adding a second one.
 //
 // Failures come back as MailSendError, which says whether trying again could help: the outbox
 // retries transient failures (no connection, timeouts, 4xx replies) and gives up on permanent
@@ -12,8 +13,11 @@ import nodemailer from "nodemailer";
 import SMTPTransport from "nodemailer/lib/smtp-transport";
 import type { ComposedEmail } from "./email-message";
 
+/** The SMTP_URL that asks for .eml files, e.g. in production without a mail server. */
+export const MAIL_TO_FILES = "file:";
+
 export interface MailTransportOptions {
-	/** smtp://user:pass@host:587 or smtps://host:465; unset writes .eml files. */
+	/** smtp://user:pass@host:587 or smtps://host:465; unset or MAIL_TO_FILES writes .eml files. */
 	smtpUrl?: string;
 	/** Extra PEM CA to trust for the SMTP server's certificate (e.g. a private relay). */
 	caFile?: string;
@@ -155,5 +159,6 @@ function createFileTransport(mailDir: string): MailTransport {
 }
 
 export function createMailTransport(options: MailTransportOptions): MailTransport {
-	return options.smtpUrl ? createSmtpTransport({ ...options, smtpUrl: options.smtpUrl }) : createFileTransport(options.mailDir);
+	const smtpUrl = options.smtpUrl === MAIL_TO_FILES ? undefined : options.smtpUrl;
+	return smtpUrl ? createSmtpTransport({ ...options, smtpUrl }) : createFileTransport(options.mailDir);
 }

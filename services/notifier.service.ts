@@ -35,7 +35,6 @@ import { RetentionMixin } from "../mixins/retention.mixin";
 import { notifierMigrations } from "../migrations/notifier";
 import { ConfigError } from "../lib/config";
 import { counter } from "../lib/metrics";
-import { senderDomain } from "../lib/email-message";
 import { createMailTransport } from "../lib/mail-transport";
 import { deriveUnsubscribeKey } from "../lib/unsubscribe-token";
 import type { NotifierThis } from "../mixins/notifier/shared";
@@ -71,10 +70,11 @@ const NotifierService: ServiceSchema<ServiceSettingSchema, NotifierThis> = {
 	created(this: NotifierThis) {
 		// this.config is set by DbMixin's created hook, which runs before this one.
 		const config = this.config;
-		if (!senderDomain(config.MAIL_FROM)) throw new ConfigError(`Invalid configuration: MAIL_FROM: "${config.MAIL_FROM}" has no usable email address`);
-		if (!config.SECRETS_KEY) throw new ConfigError("Invalid configuration: SECRETS_KEY is required to sign unsubscribe links");
+		// loadConfig() has already refused these for the server; a broker built from parseConfig()
+		// alone (tests, benchmarks) meets them here.
+		if (!config.SECRETS_KEY) throw new ConfigError("Invalid configuration: SECRETS_KEY: required to sign unsubscribe links");
 		if (config.production && !config.PUBLIC_BASE_URL) {
-			throw new ConfigError("Invalid configuration: NODE_ENV=production requires PUBLIC_BASE_URL, the address the unsubscribe links in emails point to");
+			throw new ConfigError("Invalid configuration: PUBLIC_BASE_URL: required with NODE_ENV=production, the address the unsubscribe links in emails point to");
 		}
 		this.unsubscribeKey = deriveUnsubscribeKey(config.SECRETS_KEY);
 		this.transport = createMailTransport({

@@ -4,7 +4,7 @@
 import fs from "node:fs";
 import path from "node:path";
 import { parse } from "yaml";
-import { ALL_SERVICES, parseConfig, resolveSecrets } from "../lib/config";
+import { ALL_SERVICES, loadConfig, parseConfig, resolveSecrets } from "../lib/config";
 
 const ROOT = path.resolve(__dirname, "..");
 const APP_SERVICES = ["gateway", "dispatcher", "notifier"] as const;
@@ -67,8 +67,9 @@ describe("docker-compose.yml", () => {
 		expect(new URL(config.SMTP_URL!).hostname).toBe("mailpit");
 		// The notifier refuses to start in production without the address its email links point to.
 		expect(config.PUBLIC_BASE_URL).toMatch(/^https?:\/\//);
-		// Production refuses to start without its secrets; with the operator's .env it has them.
-		expect(() => resolveSecrets(config)).not.toThrow();
+		// Production refuses to start without its secrets and the notifier's mail settings; with the
+		// operator's .env it has them all.
+		expect(() => loadConfig(env)).not.toThrow();
 	});
 
 	it("splits every service across the roles, with the dispatcher and notifier on their own", () => {
@@ -103,7 +104,10 @@ describe("docker-compose.yml", () => {
 	});
 
 	it("publishes the gateway's PORT and keeps the dispatcher scalable (no host port, no fixed name)", () => {
-		const gatewayPort = parseConfig(environmentOf("gateway")).PORT;
+		const gatewayConfig = parseConfig(environmentOf("gateway"));
+		const gatewayPort = gatewayConfig.PORT;
+		// Production listens on every interface of the container, or the published port reaches nothing.
+		expect(gatewayConfig.HOST).toBe("0.0.0.0");
 		expect(compose.services.gateway.ports).toContain(`${gatewayPort}:${gatewayPort}`);
 		expect(compose.services.gateway.ports).toContain("127.0.0.1:3030:3030");
 		expect(compose.services.dispatcher.ports).toBeUndefined();
@@ -149,6 +153,12 @@ describe("Dockerfile", () => {
 		expect(instructions[0]).toMatch(/^FROM node:20\b/);
 		expect(instructions).toContainEqual(expect.stringMatching(/^RUN npm ci\b/));
 		expect(instructions[instructions.length - 1]).toBe('CMD ["node", "--import", "tsx", "server.ts"]');
+	});
+
+	it("listens on every interface of the container, whatever NODE_ENV a `docker run -e` gives it", () => {
+		const env = instructions.find(line => line.startsWith("ENV "));
+		expect(env).toMatch(/\bHOST=0\.0\.0\.0\b/);
+		expect(env).toMatch(/\bNODE_ENV=production\b/);
 	});
 
 	it("runs as an unprivileged user and checks health on OPS_PORT", () => {

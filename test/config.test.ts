@@ -9,6 +9,8 @@ import { ALL_SERVICES, ConfigError, EnvSchema, loadConfig, parseConfig, resolveS
 const ROOT = path.resolve(__dirname, "..");
 const KEY = Buffer.alloc(32, 1).toString("base64");
 const JWT_SECRET = "s".repeat(40);
+/** What a production notifier needs besides SECRETS_KEY: where links point, and mail to files chosen. */
+const NOTIFIER_PRODUCTION = { PUBLIC_BASE_URL: "https://webhooks.example.com", SMTP_URL: "file:" };
 
 function configError(env: Record<string, string>): string {
 	try {
@@ -66,11 +68,15 @@ describe("configuration", () => {
 
 	it.each([
 		["PORT", "not-a-port"],
+		["PORT", "abc"],
 		["PORT", "70000"],
+		["PORT", "3000.5"],
 		["OPS_PORT", "-1"],
 		["DATABASE_URL", "mysql://db/webhooks"],
 		["TRANSPORTER", "redis://localhost"],
 		["SMTP_URL", "http://mail"],
+		["SMTP_URL", "file:///var/mail"],
+		["MAIL_FROM", "nobody"],
 		["SECRETS_KEY", "dG9vIHNob3J0"],
 		["AUTH_JWT_SECRET", "short"],
 		["DELIVERY_TIMEOUT", "soon"],
@@ -86,6 +92,8 @@ describe("configuration", () => {
 		["DELIVERY_SENDER_THREADS", "-1"],
 		["DELIVERY_SENDER_THREADS", "17"],
 		["DELIVERY_SENDER_THREADS", "1.5"],
+		["STARTUP_CONNECT_TIMEOUT", "30"],
+		["RATE_LIMIT_PER_ADDRESS_PER_MINUTE", "many"],
 	])("refuses %s=%s, naming the variable", (name, value) => {
 		expect(configError({ [name]: value, DATA_DIR: newDataDir() })).toMatch(new RegExp(`^\\s*${name}: `, "m"));
 	});
@@ -98,6 +106,19 @@ describe("configuration", () => {
 		// A bare number once meant milliseconds; now the unit is required.
 		expect(configError({ WEBHOOK_TEST_TIMEOUT: "5", DATA_DIR: dataDir })).toMatch(/WEBHOOK_TEST_TIMEOUT: "5" has no unit \(use e.g. 500ms, 15s/);
 		expect(parseConfig({ WEBHOOK_TEST_TIMEOUT: "5s", DELIVERY_TIMEOUT: "1.5s", MAIL_LEASE: "500ms" })).toMatchObject({ WEBHOOK_TEST_TIMEOUT: 5_000, DELIVERY_TIMEOUT: 1_500, MAIL_LEASE: 500 });
+		// As plain as the durations, where zod alone said "expected number, received NaN".
+		expect(configError({ PORT: "abc", DATA_DIR: dataDir })).toMatch(/^ {2}PORT: "abc" is not a whole number from 0 to 65535 \(0 picks a free port\)$/m);
+		expect(configError({ MAIL_CONCURRENCY: "0", DATA_DIR: dataDir })).toMatch(/^ {2}MAIL_CONCURRENCY: "0" is not a whole number of at least 1$/m);
+		expect(configError({ SMTP_URL: "file:///var/mail", DATA_DIR: dataDir })).toMatch(/SMTP_URL: must be an smtp:\/\/ or smtps:\/\/ URL, or file: for \.eml files under DATA_DIR\/mail/);
+		expect(parseConfig({ PORT: " 8080 ", OPS_PORT: "0", STARTUP_CONNECT_TIMEOUT: "2s" })).toMatchObject({ PORT: 8080, OPS_PORT: 0, STARTUP_CONNECT_TIMEOUT: 2_000 });
+	});
+
+	it("listens on loopback in development, and on every interface in production, unless HOST says otherwise", () => {
+		expect(parseConfig({}).HOST).toBe("127.0.0.1");
+		expect(parseConfig({ NODE_ENV: "test" }).HOST).toBe("127.0.0.1");
+		expect(parseConfig({ NODE_ENV: "production" }).HOST).toBe("0.0.0.0");
+		expect(parseConfig({ HOST: "0.0.0.0" }).HOST).toBe("0.0.0.0");
+		expect(parseConfig({ NODE_ENV: "production", HOST: "10.1.2.3" }).HOST).toBe("10.1.2.3");
 	});
 
 	it.each([
@@ -123,21 +144,32 @@ describe("configuration", () => {
 		for (const name of ["PORT", "DATABASE_URL", "SERVICES"]) expect(message).toMatch(new RegExp(`^\\s*${name}: `, "m"));
 	});
 
+	it("names every bad and every missing variable at once, however each is checked", () => {
+		const dataDir = newDataDir();
+		const message = configError({ NODE_ENV: "production", PORT: "abc", DELIVERY_RETRY_SCHEDULE: "5m,1m", MAIL_FROM: "nobody", OIDC_ISSUER: "https://id.example.com", DATA_DIR: dataDir });
+		const named = [...message.matchAll(/^ {2}([A-Z_]+): /gm)].map(match => match[1]);
+		expect(named.sort()).toEqual(["AUTH_JWT_SECRET", "DELIVERY_RETRY_SCHEDULE", "MAIL_FROM", "OIDC_CLIENT_ID", "PORT", "PUBLIC_BASE_URL", "SECRETS_KEY", "SMTP_URL"]);
+		expect(message.split("\n")[0]).toBe("Invalid configuration:");
+		expect(fs.readdirSync(dataDir)).toEqual([]);
+	});
+
 	describe("secrets", () => {
 		it("in production, refuses to start without AUTH_JWT_SECRET and SECRETS_KEY, and writes nothing", () => {
 			const dataDir = newDataDir();
-			const message = configError({ NODE_ENV: "production", DATA_DIR: dataDir });
-			expect(message).toMatch(/NODE_ENV=production requires AUTH_JWT_SECRET \(or AUTH_JWKS_URL\) and SECRETS_KEY/);
-			expect(configError({ NODE_ENV: "production", DATA_DIR: dataDir, AUTH_JWT_SECRET: JWT_SECRET })).toMatch(/requires SECRETS_KEY$/);
-			expect(configError({ NODE_ENV: "production", DATA_DIR: dataDir, SECRETS_KEY: KEY })).toMatch(/requires AUTH_JWT_SECRET/);
+			const production = { NODE_ENV: "production", DATA_DIR: dataDir, ...NOTIFIER_PRODUCTION };
+			const message = configError(production);
+			expect(message).toMatch(/^ {2}AUTH_JWT_SECRET: required with NODE_ENV=production .*, or AUTH_JWKS_URL instead$/m);
+			expect(message).toMatch(/^ {2}SECRETS_KEY: required with NODE_ENV=production \(base64 of 32 bytes/m);
+			expect(configError({ ...production, AUTH_JWT_SECRET: JWT_SECRET })).toMatch(/^Invalid configuration:\n {2}SECRETS_KEY: required[^\n]*$/);
+			expect(configError({ ...production, SECRETS_KEY: KEY })).toMatch(/^Invalid configuration:\n {2}AUTH_JWT_SECRET: required[^\n]*$/);
 			expect(fs.readdirSync(dataDir)).toEqual([]);
 		});
 
 		it("in production, starts with configured secrets, or JWKS instead of a shared secret", () => {
 			const dataDir = newDataDir();
-			const withSecret = loadConfig({ NODE_ENV: "production", DATA_DIR: dataDir, AUTH_JWT_SECRET: JWT_SECRET, SECRETS_KEY: KEY });
+			const withSecret = loadConfig({ NODE_ENV: "production", DATA_DIR: dataDir, AUTH_JWT_SECRET: JWT_SECRET, SECRETS_KEY: KEY, ...NOTIFIER_PRODUCTION });
 			expect(withSecret).toEqual({ config: expect.objectContaining({ AUTH_JWT_SECRET: JWT_SECRET, SECRETS_KEY: KEY }), warnings: [] });
-			const withJwks = loadConfig({ NODE_ENV: "production", DATA_DIR: dataDir, AUTH_JWKS_URL: "https://login.example.com/.well-known/jwks.json", SECRETS_KEY: KEY });
+			const withJwks = loadConfig({ NODE_ENV: "production", DATA_DIR: dataDir, AUTH_JWKS_URL: "https://login.example.com/.well-known/jwks.json", SECRETS_KEY: KEY, ...NOTIFIER_PRODUCTION });
 			expect(withJwks.config.AUTH_JWT_SECRET).toBeUndefined();
 			expect(fs.readdirSync(dataDir)).toEqual([]);
 		});
@@ -164,12 +196,26 @@ describe("configuration", () => {
 			// The dispatcher checks no token and encrypts nothing; webhooks hand it decrypted secrets.
 			expect(loadConfig({ ...production, SERVICES: "dispatcher" }).config).toMatchObject({ SERVICES: ["dispatcher"] });
 			// The notifier signs unsubscribe links (SECRETS_KEY) but checks no bearer token.
-			expect(configError({ ...production, SERVICES: "notifier" })).toMatch(/requires SECRETS_KEY$/);
-			expect(loadConfig({ ...production, SERVICES: "notifier", SECRETS_KEY: KEY }).config.AUTH_JWT_SECRET).toBeUndefined();
+			expect(configError({ ...production, ...NOTIFIER_PRODUCTION, SERVICES: "notifier" })).toMatch(/^Invalid configuration:\n {2}SECRETS_KEY: required[^\n]*$/);
+			expect(loadConfig({ ...production, ...NOTIFIER_PRODUCTION, SERVICES: "notifier", SECRETS_KEY: KEY }).config.AUTH_JWT_SECRET).toBeUndefined();
 			// The gateway alone checks tokens, and needs no SMTP settings.
-			expect(configError({ ...production, SERVICES: "api" })).toMatch(/requires AUTH_JWT_SECRET \(or AUTH_JWKS_URL\)$/);
+			expect(configError({ ...production, SERVICES: "api" })).toMatch(/^Invalid configuration:\n {2}AUTH_JWT_SECRET: required[^\n]*$/);
 			expect(loadConfig({ ...production, SERVICES: "api", AUTH_JWT_SECRET: JWT_SECRET }).config.SECRETS_KEY).toBeUndefined();
 			expect(fs.readdirSync(dataDir)).toEqual([]);
+		});
+
+		it("in production, refuses a notifier that has no SMTP_URL unless files are chosen with SMTP_URL=file:, or no PUBLIC_BASE_URL", () => {
+			const dataDir = newDataDir();
+			const notifier = { NODE_ENV: "production", DATA_DIR: dataDir, SERVICES: "notifier", SECRETS_KEY: KEY };
+			expect(configError(notifier)).toMatch(/^Invalid configuration:\n {2}PUBLIC_BASE_URL: required[^\n]*\n {2}SMTP_URL: required[^\n]*$/);
+			expect(configError({ ...notifier, PUBLIC_BASE_URL: "https://webhooks.example.com" })).toMatch(/^Invalid configuration:\n {2}SMTP_URL: required with NODE_ENV=production when the notifier runs \(smtp:\/\/… or smtps:\/\/…\); file: writes emails as \.eml files under DATA_DIR\/mail instead$/);
+			expect(configError({ ...notifier, SMTP_URL: "file:" })).toMatch(/^Invalid configuration:\n {2}PUBLIC_BASE_URL: required with NODE_ENV=production when the notifier runs: the address the links in emails point to$/);
+			expect(loadConfig({ ...notifier, ...NOTIFIER_PRODUCTION }).config).toMatchObject({ SMTP_URL: "file:", PUBLIC_BASE_URL: NOTIFIER_PRODUCTION.PUBLIC_BASE_URL });
+			expect(loadConfig({ ...notifier, PUBLIC_BASE_URL: "https://webhooks.example.com", SMTP_URL: "smtps://mailer:pw@smtp.example.com" }).config.SMTP_URL).toBe("smtps://mailer:pw@smtp.example.com");
+			// Nodes without the notifier send no email, so they need neither.
+			expect(loadConfig({ NODE_ENV: "production", DATA_DIR: dataDir, SERVICES: "dispatcher" }).config.SMTP_URL).toBeUndefined();
+			// Outside production the embedded default writes .eml files without being asked.
+			expect(loadConfig({ DATA_DIR: dataDir, SERVICES: "notifier" }).config.SMTP_URL).toBeUndefined();
 		});
 
 		it("prefers configured secrets over generated ones", () => {
@@ -210,18 +256,19 @@ describe("configuration", () => {
 			});
 		}
 
-		it("exits non-zero, naming the bad variable on stderr, before starting anything", async () => {
+		it("exits 78, naming every bad variable on stderr, before starting anything", async () => {
 			const dataDir = newDataDir();
 			const result = await runServer({ DATA_DIR: dataDir, DELIVERY_RETRY_SCHEDULE: "5m,1m", PORT: "not-a-port" });
-			expect(result.code).not.toBe(0);
+			expect(result.code).toBe(78);
 			expect(result.stderr).toMatch(/^\s*PORT: /m);
+			expect(result.stderr).toMatch(/^\s*DELIVERY_RETRY_SCHEDULE: offsets must increase/m);
 			expect(result.stdout).toBe("");
 			expect(fs.readdirSync(dataDir)).toEqual([]);
 		});
 
-		it("exits non-zero in production without secrets, naming them", async () => {
+		it("exits 78 in production without secrets, naming them", async () => {
 			const result = await runServer({ NODE_ENV: "production", DATA_DIR: newDataDir() });
-			expect(result.code).not.toBe(0);
+			expect(result.code).toBe(78);
 			expect(result.stderr).toMatch(/SECRETS_KEY/);
 			expect(result.stderr).toMatch(/AUTH_JWT_SECRET/);
 		});

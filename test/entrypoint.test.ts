@@ -1,8 +1,10 @@
-// The server process as a supervisor sees it: it runs whole or stops with a reason. A busy port
-// stops it naming the variable; SIGTERM, sent to the image's command the way `docker stop` sends
+// The server process as a supervisor sees it: it runs whole or stops with a reason. Bad or missing
+// variables stop it at once with exit 78 naming each of them, NATS or PostgreSQL that does not
+// answer stops it after STARTUP_CONNECT_TIMEOUT with exit 69 naming the variable and the address,
+// and once up it says where its endpoints are. A busy port stops it naming the variable; SIGTERM, sent to the image's command the way `docker stop` sends
 // it, drains and exits 0 with one clean stop; a NATS connection that is closed for good makes
 // /health answer 503 and the process exit non-zero.
-import { spawn, type ChildProcess } from "node:child_process";
+import { execFile, spawn, type ChildProcess } from "node:child_process";
 import fs from "node:fs";
 import net from "node:net";
 import os from "node:os";
@@ -24,7 +26,9 @@ interface Running {
 }
 
 /** Unset what a developer's shell might carry, so that only the test's variables decide. */
-const CLEAN_ENV = { DATABASE_URL: "", TRANSPORTER: "", SMTP_URL: "", AUTH_JWT_SECRET: "", SECRETS_KEY: "", AUTH_JWKS_URL: "", NODE_ENV: "", REPL: "" };
+const CLEAN_ENV = { DATABASE_URL: "", TRANSPORTER: "", SMTP_URL: "", AUTH_JWT_SECRET: "", SECRETS_KEY: "", AUTH_JWKS_URL: "", NODE_ENV: "", REPL: "", PUBLIC_BASE_URL: "", SERVICES: "", STARTUP_CONNECT_TIMEOUT: "" };
+/** A stack trace line, as Node prints them: "    at fn (file:line:col)". */
+const STACK_LINE = /^\s+at /m;
 
 function run(command: string[], env: Record<string, string>, options: { ownProcessGroup?: boolean } = {}): Running {
 	const child = spawn(command[0], command.slice(1), { cwd: ROOT, detached: options.ownProcessGroup, env: { ...process.env, ...CLEAN_ENV, LOG_LEVEL: "info", ...env } });
@@ -133,17 +137,21 @@ describe("the server process", () => {
 		const cmd = JSON.parse(/^CMD (\[.*\])\s*$/m.exec(dockerfile)![1]) as string[];
 		expect(cmd[0]).toBe("node");
 		const opsPort = await freePort();
+		const imageDataDir = dataDir();
 		const running = run(cmd, {
 			NODE_ENV: "production",
-			DATA_DIR: dataDir(),
+			DATA_DIR: imageDataDir,
 			HOST: "127.0.0.1",
 			PORT: "0",
 			OPS_PORT: String(opsPort),
 			AUTH_JWT_SECRET: JWT_SECRET,
 			SECRETS_KEY: KEY,
 			PUBLIC_BASE_URL: "https://webhooks.example.test",
+			// Production sends email only where told: here, explicitly to files.
+			SMTP_URL: "file:",
 		});
 		await waitForHealth(running, opsPort, 200);
+		expect(running.output()).toContain(`Sending email through files in ${path.join(imageDataDir, "mail")}`);
 		// docker stop signals PID 1, which is this process itself: nothing stands in between.
 		running.child.kill("SIGTERM");
 		expect(await exitWithin(running, 30_000)).toBe(0);
@@ -151,6 +159,101 @@ describe("the server process", () => {
 		expect(output.match(/SIGTERM received: stopping/g)).toHaveLength(1);
 		expect(output.match(/ServiceBroker is stopped/g)).toHaveLength(1);
 		expect(output).not.toMatch(/ERROR|Unable to stop/);
+	});
+
+	describe("start-up that either works or stops, saying why", () => {
+		const KEY_ENV = { SECRETS_KEY: KEY, AUTH_JWT_SECRET: JWT_SECRET };
+		const serverCommand = ["node", "--import", "tsx", "server.ts"];
+
+		/** Runs the server to its exit; checks the code, that it never came up, and that no stack trace was printed. */
+		async function stopsWith(code: number, env: Record<string, string>): Promise<string> {
+			const running = run(serverCommand, { DATA_DIR: dataDir(), HOST: "127.0.0.1", PORT: "0", OPS_PORT: "0", ...env });
+			expect({ code: await exitWithin(running, 60_000), output: running.output() }).toEqual({ code, output: expect.any(String) });
+			const output = running.output();
+			expect(output).not.toMatch(STACK_LINE);
+			expect(output).not.toMatch(/started successfully|Running /);
+			return output;
+		}
+
+		it("lists every bad and every missing value in one start, and exits 78", async () => {
+			const output = await stopsWith(78, { NODE_ENV: "production", PORT: "abc", DELIVERY_TIMEOUT: "soon" });
+			expect(output).toMatch(/^ {2}PORT: "abc" is not a whole number from 0 to 65535 \(0 picks a free port\)$/m);
+			expect(output).toMatch(/^ {2}DELIVERY_TIMEOUT: "soon" is not a duration/m);
+			for (const missing of ["AUTH_JWT_SECRET", "SECRETS_KEY", "PUBLIC_BASE_URL", "SMTP_URL"]) expect(output).toMatch(new RegExp(`^ {2}${missing}: required with NODE_ENV=production`, "m"));
+		});
+
+		it.each([
+			["PUBLIC_BASE_URL", { SMTP_URL: "file:" }, /^ {2}PUBLIC_BASE_URL: required with NODE_ENV=production when the notifier runs: the address the links in emails point to$/m],
+			["SMTP_URL", { PUBLIC_BASE_URL: "https://webhooks.example.test" }, /^ {2}SMTP_URL: required with NODE_ENV=production when the notifier runs \(smtp:\/\/… or smtps:\/\/…\); file: writes emails as \.eml files under DATA_DIR\/mail instead$/m],
+		])("refuses a production notifier without %s: exit 78, naming it", async (_variable, env, message) => {
+			const output = await stopsWith(78, { NODE_ENV: "production", SERVICES: "notifier", ...KEY_ENV, ...env });
+			expect(output).toMatch(message);
+			expect(output.match(/^ {2}[A-Z_]+: /gm)).toHaveLength(1);
+		});
+
+		it("stops after STARTUP_CONNECT_TIMEOUT when NATS does not answer: exit 69, one line naming TRANSPORTER and the address", async () => {
+			const port = await freePort();
+			const output = await stopsWith(69, { TRANSPORTER: `nats://127.0.0.1:${port}`, SERVICES: "topics", STARTUP_CONNECT_TIMEOUT: "2s" });
+			const lines = output.split("\n").filter(line => line.startsWith("Cannot start: "));
+			expect(lines).toEqual([`Cannot start: TRANSPORTER: NATS at nats://127.0.0.1:${port} did not answer within 2s (CONNECTION_REFUSED); is it running at that address? STARTUP_CONNECT_TIMEOUT sets the wait`]);
+			expect(output).toContain(`Waiting up to 2s for NATS at nats://127.0.0.1:${port} (TRANSPORTER): CONNECTION_REFUSED`);
+		});
+
+		it("stops after STARTUP_CONNECT_TIMEOUT when PostgreSQL does not answer: exit 69, one line naming DATABASE_URL and the address, password masked", async () => {
+			const port = await freePort();
+			const output = await stopsWith(69, { DATABASE_URL: `postgres://webhooks:hunter2-not-shown@127.0.0.1:${port}/webhooks`, STARTUP_CONNECT_TIMEOUT: "2s" });
+			const lines = output.split("\n").filter(line => line.startsWith("Cannot start: "));
+			expect(lines).toEqual([`Cannot start: DATABASE_URL: PostgreSQL at postgres://webhooks:***@127.0.0.1:${port}/webhooks did not answer within 2s (ECONNREFUSED); is it running at that address? STARTUP_CONNECT_TIMEOUT sets the wait`]);
+			expect(output).not.toContain("hunter2");
+		});
+
+		it("says where to go once up, listening on loopback only in development", async () => {
+			const dir = dataDir();
+			const running = run(serverCommand, { DATA_DIR: dir, HOST: "", PORT: "0", OPS_PORT: "0" });
+			try {
+				await waitFor(() => /^ {2}Token {4}.*\n/m.test(running.output()), running);
+				const output = running.output();
+				const address = (label: string) => new RegExp(`^ {2}${label} +(\\S+)$`, "m").exec(output)?.[1] ?? "";
+				const summary = { webApp: address("Web app"), api: address("API"), openApi: address("OpenAPI"), health: address("Health"), metrics: address("Metrics") };
+				expect(summary).toEqual({
+					webApp: expect.stringMatching(/^http:\/\/localhost:\d+\/$/),
+					api: expect.stringMatching(/^http:\/\/localhost:\d+\/id\/v3$/),
+					openApi: expect.stringMatching(/^http:\/\/localhost:\d+\/openapi\.json$/),
+					health: expect.stringMatching(/^http:\/\/localhost:\d+\/health$/),
+					metrics: expect.stringMatching(/^http:\/\/localhost:\d+\/metrics$/),
+				});
+				expect(output).toContain(`Running api, topics, webhooks, users, dispatcher, notifier (SQLite in ${path.join(dir, "service.sqlite")}, email as .eml files in ${path.join(dir, "mail")})`);
+				expect(output).toContain("Listening on this machine only (HOST=127.0.0.1)");
+				// The token command, run as printed, gives a token the API accepts.
+				const tokenCommand = /^ {2}Token {4}(.*)$/m.exec(output)![1];
+				expect(tokenCommand).toBe(`DATA_DIR=${dir} npm run -s token -- --sub alice --email alice@example.com`);
+				const token = await new Promise<string>((resolve, reject) =>
+					execFile("sh", ["-c", tokenCommand], { cwd: ROOT, env: { ...process.env, ...CLEAN_ENV } }, (err, stdout) => (err ? reject(err) : resolve(stdout.trim()))),
+				);
+				const details = await fetch(`${summary.api}/user/details`, { headers: { authorization: `Bearer ${token}` } });
+				expect({ status: details.status, user: ((await details.json()) as { user_id?: string }).user_id }).toEqual({ status: 200, user: "alice" });
+				const page = await fetch(summary.webApp);
+				expect({ status: page.status, type: page.headers.get("content-type") }).toEqual({ status: 200, type: expect.stringContaining("text/html") });
+				const document = (await (await fetch(summary.openApi)).json()) as { openapi?: string };
+				expect(document.openapi).toMatch(/^3\.1/);
+				expect((await fetch(summary.health)).status).toBe(200);
+				expect(await (await fetch(summary.metrics)).text()).toContain("# TYPE");
+				// Nothing answers on the machine's other addresses.
+				const apiPort = Number(new URL(summary.api).port);
+				const elsewhere = Object.values(os.networkInterfaces())
+					.flat()
+					.find(entry => entry && entry.family === "IPv4" && !entry.internal);
+				if (elsewhere) {
+					await expect(fetch(`http://${elsewhere.address}:${apiPort}/`, { signal: AbortSignal.timeout(5_000) })).rejects.toThrow();
+				} else {
+					console.log("no non-loopback IPv4 address on this machine: loopback-only listening checked through the log line alone");
+				}
+				expect(output).toContain(`API Gateway listening on http://127.0.0.1:${apiPort}`);
+			} finally {
+				running.child.kill("SIGTERM");
+				await exitWithin(running, 30_000);
+			}
+		});
 	});
 
 	const describeCluster = natsEnabled() && process.env.TEST_POSTGRES === "yes" ? describe : describe.skip;
@@ -202,17 +305,40 @@ describe("the server process", () => {
 			nats = undefined;
 		});
 
-		it("stops within its bound on SIGTERM while NATS is down, instead of hanging until SIGKILL", async () => {
-			nats = await startNatsServer();
+		/** The server as a node of this test's NATS server, with data and an ops port of its own. */
+		async function startNode(services: string, namespace: string, env: Record<string, string> = {}): Promise<{ running: Running; opsPort: number }> {
 			const opsPort = await freePort();
 			const running = run(["node", "--import", "tsx", "server.ts"], {
-				SERVICES: "topics,dispatcher,notifier",
-				TRANSPORTER: nats.url,
-				NAMESPACE: `entry-down-${process.pid}`,
+				SERVICES: services,
+				TRANSPORTER: nats!.url,
+				NAMESPACE: `${namespace}-${process.pid}`,
 				DATA_DIR: dataDir(),
 				HOST: "127.0.0.1",
 				OPS_PORT: String(opsPort),
+				...env,
 			});
+			return { running, opsPort };
+		}
+
+		it("waits at start-up for a NATS server that comes up within STARTUP_CONNECT_TIMEOUT", async () => {
+			nats = await startNatsServer();
+			await nats.stop();
+			const { running, opsPort } = await startNode("topics", "entry-late", { STARTUP_CONNECT_TIMEOUT: "90s" });
+			try {
+				await waitFor(() => running.output().includes(`Waiting up to 90s for NATS at ${nats!.url} (TRANSPORTER)`), running);
+				await nats.start();
+				const up = await waitForHealth(running, opsPort, 200, 60_000);
+				expect(up.checks).toMatchObject({ transporter: { ok: true } });
+				expect(running.output()).not.toContain("Cannot start");
+			} finally {
+				running.child.kill("SIGTERM");
+				await exitWithin(running, 30_000);
+			}
+		});
+
+		it("stops within its bound on SIGTERM while NATS is down, instead of hanging until SIGKILL", async () => {
+			nats = await startNatsServer();
+			const { running, opsPort } = await startNode("topics,dispatcher,notifier", "entry-down");
 			try {
 				await waitForHealth(running, opsPort, 200);
 				await nats.stop();
@@ -231,15 +357,7 @@ describe("the server process", () => {
 
 		it("answers 503 and exits non-zero once NATS closes the connection for good (credentials no longer accepted)", async () => {
 			nats = await startNatsServer();
-			const opsPort = await freePort();
-			const running = run(["node", "--import", "tsx", "server.ts"], {
-				SERVICES: "topics",
-				TRANSPORTER: nats.url,
-				NAMESPACE: `entry-${process.pid}`,
-				DATA_DIR: dataDir(),
-				HOST: "127.0.0.1",
-				OPS_PORT: String(opsPort),
-			});
+			const { running, opsPort } = await startNode("topics", "entry");
 			try {
 				const up = await waitForHealth(running, opsPort, 200);
 				expect(up.checks).toMatchObject({ transporter: { ok: true }, intake: { ok: true } });

@@ -89,6 +89,8 @@ describe("a production server's logs", () => {
 				SECRETS_KEY: crypto.randomBytes(32).toString("base64"),
 				AUTH_JWT_SECRET: jwtSecret,
 				PUBLIC_BASE_URL: "https://api.example.com",
+				// Production sends email only where told to.
+				SMTP_URL: "file:",
 			},
 		});
 		server.stdout!.on("data", chunk => (stdout += chunk));

@@ -1,5 +1,6 @@
-// How the notifier hands email over: .eml files in the embedded default (no SMTP_URL), and SMTP
-// with STARTTLS, a private CA (SMTP_CA_FILE) and credentials in SMTP_URL.
+// How the notifier hands email over: .eml files in the embedded default (no SMTP_URL) or when
+// chosen with SMTP_URL=file:, and SMTP with STARTTLS, a private CA (SMTP_CA_FILE) and credentials
+// in SMTP_URL.
 import crypto from "node:crypto";
 import fs from "node:fs";
 import os from "node:os";
@@ -81,6 +82,24 @@ describe.each(testDatabases())("embedded default: .eml files on %s", database =>
 		expect(second.attempts).toBe(first.attempts + 1);
 		expect(fs.readdirSync(mailDir()).sort()).toEqual(filesBefore);
 		expect(fs.readdirSync(mailDir()).filter(name => !name.endsWith(".eml"))).toEqual([]);
+	});
+});
+
+describe.each(testDatabases())("SMTP_URL=file: (how production chooses files) on %s", database => {
+	let stack: Stack;
+	beforeAll(async () => {
+		stack = await startStack({ database, services: ["api", "topics", "users", "notifier"], env: { SMTP_URL: "file:", MAIL_POLL_INTERVAL: "100ms" } });
+		await optIn(stack, "alice", "alice@example.com");
+	});
+	afterAll(() => stack?.stop());
+
+	it("writes the email as an .eml file under DATA_DIR/mail, as the embedded default does", async () => {
+		const event = fulfilled("alice");
+		await stack.app.broker.emit("tasking.order_status", event);
+		const entry = await outboxRow(stack, event.event_id, row => row.status === "sent");
+		const file = path.join(stack.dataDir, "mail", `${entry.message_id!.replace(/^<|>$/g, "")}.eml`);
+		expect(entry.smtp_response).toBe(`written to ${file}`);
+		expect((await simpleParser(fs.readFileSync(file))).subject).toBe("Tasking order Harbour survey is Fulfilled");
 	});
 });
 

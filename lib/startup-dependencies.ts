@@ -1,0 +1,155 @@
+// Before a cluster node starts its broker, it waits a bounded time (STARTUP_CONNECT_TIMEOUT) for
+// NATS (TRANSPORTER) and PostgreSQL (DATABASE_URL) to answer. Without this, a node whose NATS is
+// down failed at once with a bare "CONNECTION_REFUSED", and one whose database is down printed
+// knex's stack traces: neither said which setting or address was at fault. A dependency that is
+// still starting (compose, a rebooting host) gets the whole wait; one that refuses this node's
+// credentials or database name will not change its mind, so that stops at once.
+import knex from "knex";
+import { connect } from "nats";
+import { invalidConfiguration, type AppConfig } from "./config";
+
+/** Exit status for "a service this program needs is unavailable" (sysexits.h EX_UNAVAILABLE). */
+export const EXIT_UNAVAILABLE = 69;
+
+const RETRY_EVERY_MS = 1_000;
+// One try never uses the whole wait, so that a server that comes up meanwhile is still found.
+const LONGEST_TRY_MS = 5_000;
+
+/** A dependency that did not answer within the wait; its message has one line per dependency. */
+export class DependencyUnavailableError extends Error {
+	constructor(readonly lines: string[]) {
+		super(lines.join("\n"));
+		this.name = "DependencyUnavailableError";
+	}
+}
+
+/** A URL (or a comma-separated list of them) safe to print: any password becomes "***". */
+export function maskedUrl(text: string): string {
+	return text
+		.split(",")
+		.map(part => {
+			try {
+				const url = new URL(part.trim());
+				if (url.password) url.password = "***";
+				return url.toString().replace(/\/$/, "");
+			} catch {
+				return "(not a URL)";
+			}
+		})
+		.join(",");
+}
+
+interface Dependency {
+	variable: "TRANSPORTER" | "DATABASE_URL";
+	/** "NATS at nats://127.0.0.1:4222" */
+	label: string;
+	/** Resolves once the dependency answered; rejects otherwise, within about timeoutMs. */
+	probe(timeoutMs: number): Promise<void>;
+	/** Why a failure will not go away by waiting (wrong credentials, no such database), if so. */
+	refusal(err: unknown): string | undefined;
+}
+
+function natsDependency(transporter: string): Dependency {
+	const urls = transporter.split(",").map(server => new URL(server.trim()));
+	// nats.js takes the credentials as options, not from the server URLs.
+	const withCredentials = urls.find(url => url.username);
+	return {
+		variable: "TRANSPORTER",
+		label: `NATS at ${maskedUrl(transporter)}`,
+		async probe(timeoutMs) {
+			const connection = await connect({
+				servers: urls.map(url => url.host),
+				name: "startup-check",
+				timeout: timeoutMs,
+				reconnect: false,
+				...(withCredentials ? { user: decodeURIComponent(withCredentials.username), pass: decodeURIComponent(withCredentials.password) } : {}),
+			});
+			await connection.close();
+		},
+		refusal(err) {
+			const code = (err as { code?: unknown }).code;
+			return code === "AUTHORIZATION_VIOLATION" ? "refused this node's credentials (AUTHORIZATION_VIOLATION)" : undefined;
+		},
+	};
+}
+
+// Authentication failed (28P01, 28000) or the database does not exist (3D000).
+const POSTGRES_REFUSALS = new Set(["28P01", "28000", "3D000"]);
+
+function postgresDependency(databaseUrl: string): Dependency {
+	return {
+		variable: "DATABASE_URL",
+		label: `PostgreSQL at ${maskedUrl(databaseUrl)}`,
+		async probe(timeoutMs) {
+			const silent = () => undefined;
+			const db = knex({
+				client: "pg",
+				connection: { connectionString: databaseUrl, connectionTimeoutMillis: timeoutMs },
+				pool: { min: 0, max: 1 },
+				acquireConnectionTimeout: timeoutMs + 1_000,
+				// knex logs every failed connection with its stack; the caller reports the outcome.
+				log: { warn: silent, error: silent, debug: silent, deprecate: silent },
+			});
+			try {
+				await db.raw("select 1");
+			} finally {
+				await db.destroy();
+			}
+		},
+		refusal(err) {
+			const failure = err as { code?: unknown; message?: string };
+			return typeof failure.code === "string" && POSTGRES_REFUSALS.has(failure.code) ? `refused the connection: ${failure.message}` : undefined;
+		},
+	};
+}
+
+/** The code (ECONNREFUSED, CONNECTION_REFUSED, …) or the first line of a failure. */
+function reasonOf(err: unknown): string {
+	const failure = (err ?? {}) as { code?: unknown; message?: unknown };
+	if (typeof failure.code === "string" && failure.code) return failure.code;
+	return String(failure.message ?? err).split("\n")[0].slice(0, 200);
+}
+
+const seconds = (ms: number) => `${Number((ms / 1000).toFixed(1))}s`;
+
+type Outcome = { ok: true } | { ok: false; refused: boolean; line: string };
+
+async function waitFor(dependency: Dependency, waitMs: number, onWaiting: (line: string) => void): Promise<Outcome> {
+	const deadline = Date.now() + waitMs;
+	for (let attempt = 1; ; attempt += 1) {
+		let failure: unknown;
+		try {
+			await dependency.probe(Math.max(250, Math.min(LONGEST_TRY_MS, deadline - Date.now())));
+			return { ok: true };
+		} catch (err) {
+			failure = err;
+		}
+		const refusal = dependency.refusal(failure);
+		if (refusal) return { ok: false, refused: true, line: `${dependency.variable}: ${dependency.label} ${refusal}` };
+		if (Date.now() + RETRY_EVERY_MS >= deadline) {
+			return {
+				ok: false,
+				refused: false,
+				line: `${dependency.variable}: ${dependency.label} did not answer within ${seconds(waitMs)} (${reasonOf(failure)}); is it running at that address? STARTUP_CONNECT_TIMEOUT sets the wait`,
+			};
+		}
+		if (attempt === 1) onWaiting(`Waiting up to ${seconds(waitMs)} for ${dependency.label} (${dependency.variable}): ${reasonOf(failure)}`);
+		await new Promise(resolve => setTimeout(resolve, RETRY_EVERY_MS));
+	}
+}
+
+/**
+ * Resolves once every configured dependency answered. Throws ConfigError (exit 78) for a refusal
+ * that waiting cannot mend, or DependencyUnavailableError (exit 69) once STARTUP_CONNECT_TIMEOUT
+ * has passed; both name the variable and the address, with any password masked.
+ */
+export async function waitForDependencies(config: AppConfig, onWaiting: (line: string) => void = () => undefined): Promise<void> {
+	// Every service but the gateway owns tables; a gateway-only node never opens the database.
+	const usesDatabase = config.SERVICES.some(name => name !== "api");
+	const dependencies = [...(config.TRANSPORTER ? [natsDependency(config.TRANSPORTER)] : []), ...(config.DATABASE_URL && usesDatabase ? [postgresDependency(config.DATABASE_URL)] : [])];
+	const outcomes = await Promise.all(dependencies.map(dependency => waitFor(dependency, config.STARTUP_CONNECT_TIMEOUT, onWaiting)));
+	const failed = outcomes.filter((outcome): outcome is Extract<Outcome, { ok: false }> => !outcome.ok);
+	const refused = failed.filter(outcome => outcome.refused);
+	if (refused.length) throw invalidConfiguration(refused.map(outcome => outcome.line));
+	if (failed.length) throw new DependencyUnavailableError(failed.map(outcome => `Cannot start: ${outcome.line}`));
+}
