@@ -20,7 +20,7 @@ import { ClientProblem, isDependencyFailure, UnavailableProblem, UnprocessableEr
 import { fieldPath, parseEventsBody, type IncomingEvent } from "../lib/http-event-intake";
 import { timeOrderedUuid } from "../lib/ids";
 import { ORDER_STATUS_CHANNEL } from "../lib/intake-channel";
-import { natsClientsOf, type NatsClient } from "../lib/nats-clients";
+import { answersWithin, natsClientsOf, type NatsClient } from "../lib/nats-clients";
 import type { PublishedEvents } from "../lib/schemas/events";
 
 /** The action behind the route; the gateway answers it with 202. */
@@ -134,16 +134,8 @@ export const GatewayEventIntake: Partial<ServiceSchema> = {
 		async intakeAnswers(this: IntakeThis): Promise<boolean> {
 			const adapter = natsClientsOf(this.broker).intake as IntakeAdapter | undefined;
 			const connection = adapter?.connection;
-			if (!adapter?.connected || adapter.stopping || !connection || connection.isClosed?.() || typeof connection.flush !== "function") return false;
-			let timer: NodeJS.Timeout | undefined;
-			const timedOut = new Promise<boolean>(resolve => {
-				timer = setTimeout(() => resolve(false), INTAKE_PING_TIMEOUT_MS);
-			});
-			try {
-				return await Promise.race([connection.flush().then(() => true, () => false), timedOut]);
-			} finally {
-				clearTimeout(timer);
-			}
+			if (!adapter?.connected || adapter.stopping || !connection) return false;
+			return answersWithin(connection, INTAKE_PING_TIMEOUT_MS);
 		},
 	},
 };
