@@ -153,6 +153,16 @@ describe.each(testDatabases())("HTTP intake, embedded (%s)", database => {
 		expect(await env.stack.db("delivery_messages").where({ event_id: good.event_id })).toHaveLength(0);
 	});
 
+	it("works with a trailing slash; another method gets 405 and another topic 404", async () => {
+		const event = orderEvent(customer, { status: "staged" });
+		const slash = await env.stack.request("POST", `${INTAKE}/`, { token: producer, body: event });
+		expect({ status: slash.status, body: slash.body }).toEqual({ status: 202, body: { event_ids: [event.event_id] } });
+		await settled(env.stack);
+		const wrongMethod = await rejected("GET", INTAKE, { token: producer }, 405);
+		expect(wrongMethod.headers.get("allow")).toContain("POST");
+		await rejected("POST", "/id/v3/events/tasking.order_cancelled", { token: producer, body: event }, 404);
+	});
+
 	it("keeps the 64 KiB body limit", async () => {
 		const padded = Array.from({ length: 5 }, () => orderEvent(customer, { details: { note: "x".repeat(14_000) } }));
 		await rejected("POST", INTAKE, { token: producer, body: padded }, 413);
