@@ -11,6 +11,26 @@ export interface Principal {
 	name: string | null;
 	email: string | null;
 	lastLogin: string | null;
+	/** The token's OAuth scopes (the space-separated `scope` claim); empty without one. */
+	scopes: string[];
+}
+
+/** The scope a producer outside the broker needs to post order events over HTTP. */
+export const EVENTS_PUBLISH_SCOPE = "events:publish";
+
+const SCOPE_TOKEN = /^[\x21\x23-\x5b\x5d-\x7e]{1,100}$/;
+
+/**
+ * RFC 6749 3.3: `scope` is a space-separated list. A claim of any other shape grants nothing,
+ * and so does any entry that is not a valid scope token.
+ */
+function scopesFrom(value: unknown): string[] {
+	if (typeof value !== "string" || value.length > 4_000) return [];
+	return [...new Set(value.split(" ").filter(scope => SCOPE_TOKEN.test(scope)))];
+}
+
+export function hasScope(principal: Pick<Principal, "scopes"> | undefined, scope: string): boolean {
+	return principal?.scopes.includes(scope) ?? false;
 }
 
 export class AuthenticationError extends Error {
@@ -61,6 +81,7 @@ function principalFrom(payload: JWTPayload, customerClaim: string, skewSeconds: 
 		email: text(payload.email, 320),
 		// A login within the allowed skew ahead of our clock is recorded as now, never in the future.
 		lastLogin: loginSeconds === undefined ? null : new Date(Math.min(loginSeconds * 1000, Date.now())).toISOString(),
+		scopes: scopesFrom(payload.scope),
 	};
 }
 
@@ -137,6 +158,8 @@ export interface TokenRequest {
 	email?: string;
 	name?: string;
 	customer?: string;
+	/** Space-separated OAuth scopes, e.g. "events:publish". */
+	scope?: string;
 	expiresIn?: string;
 }
 
@@ -147,6 +170,7 @@ export async function mintToken(config: AppConfig, request: TokenRequest): Promi
 	if (request.email) claims.email = request.email;
 	if (request.name) claims.name = request.name;
 	if (request.customer) claims[config.AUTH_CUSTOMER_CLAIM] = request.customer;
+	if (request.scope) claims.scope = request.scope;
 	let jwt = new SignJWT(claims)
 		.setProtectedHeader({ alg: "HS256", typ: "JWT" })
 		.setSubject(request.sub)

@@ -48,6 +48,16 @@ export class RateLimitedError extends ClientProblem {
 	}
 }
 
+/**
+ * 503 with a detail written for the operation (what was or was not stored, what to do), where
+ * the generic dependency-failure answer would say too little.
+ */
+export class UnavailableProblem extends ClientProblem {
+	constructor(message: string) {
+		super(503, "service-unavailable", message);
+	}
+}
+
 export function invalidField(path: string, message: string): UnprocessableError {
 	return new UnprocessableError(message, [{ path, message }]);
 }
@@ -133,6 +143,7 @@ export function outcomeUnknown(err: unknown): boolean {
  * generic 500 or 503 so that no stack trace, SQL or host name reaches a client.
  */
 export function toProblem(err: unknown): Problem {
+	if (err instanceof UnavailableProblem) return problem(503, err.message, "service-unavailable");
 	if (isDependencyFailure(err)) {
 		// Never claim "nothing was changed" when the change may have been committed: a client
 		// that trusts it and repeats a create gets a conflict with a webhook it never saw.

@@ -23,3 +23,20 @@ export function natsClientsOf(broker: ServiceBroker): NatsClients {
 		intake: (broker as unknown as { channelAdapter?: NatsClients["intake"] }).channelAdapter,
 	};
 }
+
+/**
+ * Whether the connection answers a PING within `boundMs`. While the client is cut off (it keeps
+ * reconnecting) a flush waits for the reconnect, so an outage shows as no answer in time.
+ */
+export async function answersWithin(client: NatsClient, boundMs: number): Promise<boolean> {
+	if (typeof client.flush !== "function" || client.isClosed?.()) return false;
+	let timer: NodeJS.Timeout | undefined;
+	const timedOut = new Promise<boolean>(resolve => {
+		timer = setTimeout(() => resolve(false), boundMs);
+	});
+	try {
+		return await Promise.race([client.flush().then(() => true, () => false), timedOut]);
+	} finally {
+		clearTimeout(timer);
+	}
+}

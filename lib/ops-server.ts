@@ -7,7 +7,7 @@ import type { AddressInfo } from "node:net";
 import ipaddr from "ipaddr.js";
 import type { ServiceBroker } from "moleculer";
 import { metricsOf } from "./metrics";
-import { natsClientsOf } from "./nats-clients";
+import { answersWithin, natsClientsOf } from "./nats-clients";
 import { configOf, listenError } from "./config";
 import { createTokenVerifier, type TokenVerifier } from "./auth";
 
@@ -34,16 +34,7 @@ async function transporterAnswers(broker: ServiceBroker): Promise<boolean> {
 	const { transporter } = natsClientsOf(broker);
 	const client = transporter?.client;
 	if (!client || typeof client.flush !== "function" || typeof client.isClosed !== "function") return Boolean(transporter?.connected);
-	if (client.isClosed()) return false;
-	let timer: NodeJS.Timeout | undefined;
-	const timedOut = new Promise<boolean>(resolve => {
-		timer = setTimeout(() => resolve(false), TRANSPORTER_PING_TIMEOUT_MS);
-	});
-	try {
-		return await Promise.race([client.flush().then(() => true, () => false), timedOut]);
-	} finally {
-		clearTimeout(timer);
-	}
+	return answersWithin(client, TRANSPORTER_PING_TIMEOUT_MS);
 }
 
 export async function checkHealth(broker: ServiceBroker): Promise<HealthReport> {

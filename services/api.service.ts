@@ -13,6 +13,7 @@ import { toProblem, type Problem } from "../lib/errors";
 import { openApiJson } from "../lib/openapi";
 import { createRateLimiter, type RateLimiter } from "../lib/rate-limit";
 import { GatewayFrontDoor } from "../mixins/gateway-front-door";
+import { GatewayEventIntake, PUBLISH_EVENTS_ACTION, PUBLISH_EVENTS_BODY_PARAM, requirePublishScope } from "../mixins/gateway-event-intake";
 import { createWebAppHandler } from "../lib/web-app";
 import { httpRequestObserver } from "../lib/http-metrics";
 
@@ -34,6 +35,7 @@ const STATUS_BY_ACTION: Record<string, number> = {
 	"webhooks.remove": 204,
 	"dispatcher.retryDelivery": 202,
 	"dispatcher.recover": 202,
+	[PUBLISH_EVENTS_ACTION]: 202,
 };
 
 type GatewayRequest = IncomingMessage & {
@@ -101,6 +103,14 @@ function isJsonContentType(req: IncomingMessage): boolean {
 	return type === "application/json" || (type.startsWith("application/") && type.endsWith("+json"));
 }
 
+/** body-parser's refusal as the problem the client gets. */
+function jsonBodyProblem(err: unknown): HttpProblem {
+	const failure = err as { status?: number };
+	if (failure.status === 413) return new HttpProblem(413, `The body exceeds the ${BODY_LIMIT} limit`);
+	if (failure.status === 415) return new HttpProblem(415, "Unsupported body encoding or charset");
+	return new HttpProblem(400, "The body is not valid JSON");
+}
+
 class HttpProblem extends Error {
 	constructor(
 		readonly code: number,
@@ -114,7 +124,8 @@ class HttpProblem extends Error {
 const ApiService: ServiceSchema<ServiceSettingSchema, ApiThis> = {
 	name: "api",
 	// The front door first: its request handling wraps moleculer-web's.
-	mixins: [GatewayFrontDoor(CORS_PATHS), ApiGateway],
+	// The event intake adds an action only; the front door wraps moleculer-web's request handling.
+	mixins: [GatewayEventIntake, GatewayFrontDoor(CORS_PATHS), ApiGateway],
 
 	settings: {
 		port: 3000,
@@ -173,6 +184,25 @@ const ApiService: ServiceSchema<ServiceSettingSchema, ApiThis> = {
 					}
 					if (ctx.meta.etag) res.setHeader("ETag", ctx.meta.etag);
 					return status === 204 ? null : data;
+				},
+			},
+			{
+				// Producers outside the broker post order events here (mixins/gateway-event-intake.ts).
+				// A route of its own because its body is one event or a list, and its token needs a scope.
+				path: `${API_BASE}/events`,
+				mappingPolicy: "restrict",
+				autoAliases: false,
+				bodyParsers: false,
+				mergeParams: false,
+				// Filled in `merged`: the same limits and authentication as the route above.
+				use: [],
+				aliases: {
+					"POST /tasking.order_status": PUBLISH_EVENTS_ACTION,
+				},
+				callOptions: { timeout: 30_000 },
+				onAfterCall(this: ApiThis, ctx: Context<unknown, GatewayMeta>, _route: unknown, _req: GatewayRequest, _res: ServerResponse, data: unknown) {
+					ctx.meta.$statusCode = STATUS_BY_ACTION[PUBLISH_EVENTS_ACTION];
+					return data;
 				},
 			},
 			{
@@ -292,22 +322,50 @@ const ApiService: ServiceSchema<ServiceSettingSchema, ApiThis> = {
 		];
 		// Not strict: a JSON string or number is valid JSON, so it gets the 422 below, not a 400.
 		const jsonParser = bodyParser.json({ limit: BODY_LIMIT, strict: false, type: () => true });
-		route.use = [
+		const limitByAddress = (req: GatewayRequest, _res: ServerResponse, next: Next) => {
+			this.limitAddress(clientAddress(req)).then(() => next(), next);
+		};
+		const authenticate = (req: GatewayRequest, _res: ServerResponse, next: Next) => {
+			this.authenticateRequest(req).then(() => next(), next);
+		};
+		// Per principal, not per token string: a second token or another encoding of the same
+		// token shares the user's budget.
+		const limitByPrincipal = (req: GatewayRequest, res: ServerResponse, next: Next) => {
+			const principal = req.$ctx.meta.principal!;
+			this.limitPrincipal(JSON.stringify([principal.customerId, principal.userId])).then(budget => {
+				setRateHeaders(res, budget);
+				next();
+			}, next);
+		};
+		// The event intake: 403 before the body is read, then one event or a list, handed to the
+		// action whole (an array has no fields to spread into params).
+		const eventsRoute = settings.routes.find(candidate => candidate.path === `${API_BASE}/events`)!;
+		eventsRoute.use = [
+			limitByAddress,
+			authenticate,
+			limitByPrincipal,
 			(req: GatewayRequest, _res: ServerResponse, next: Next) => {
-				this.limitAddress(clientAddress(req)).then(() => next(), next);
-			},
-			(req: GatewayRequest, _res: ServerResponse, next: Next) => {
-				this.authenticateRequest(req).then(() => next(), next);
-			},
-			// Per principal, not per token string: a second token or another encoding of the same
-			// token shares the user's budget.
-			(req: GatewayRequest, res: ServerResponse, next: Next) => {
-				const principal = req.$ctx.meta.principal!;
-				this.limitPrincipal(JSON.stringify([principal.customerId, principal.userId])).then(budget => {
-					setRateHeaders(res, budget);
+				try {
+					requirePublishScope(req.$ctx.meta.principal);
 					next();
-				}, next);
+				} catch (err) {
+					next(err);
+				}
 			},
+			(req: GatewayRequest, res: ServerResponse, next: Next) => {
+				if (!hasBody(req)) return next();
+				if (!isJsonContentType(req)) return next(new HttpProblem(415, "Send the body as JSON with Content-Type: application/json"));
+				jsonParser(req, res, err => {
+					if (err) return next(jsonBodyProblem(err));
+					req.body = { [PUBLISH_EVENTS_BODY_PARAM]: req.body };
+					next();
+				});
+			},
+		];
+		route.use = [
+			limitByAddress,
+			authenticate,
+			limitByPrincipal,
 			(req: GatewayRequest, res: ServerResponse, next: Next) => {
 				if (!METHODS_WITH_BODY.has(req.method ?? "") || !hasBody(req)) return next();
 				if (!isJsonContentType(req)) return next(new HttpProblem(415, "Send the body as JSON with Content-Type: application/json"));
@@ -320,10 +378,7 @@ const ApiService: ServiceSchema<ServiceSettingSchema, ApiThis> = {
 						}
 						return next();
 					}
-					const failure = err as { status?: number };
-					if (failure.status === 413) return next(new HttpProblem(413, `The body exceeds the ${BODY_LIMIT} limit`));
-					if (failure.status === 415) return next(new HttpProblem(415, "Unsupported body encoding or charset"));
-					return next(new HttpProblem(400, "The body is not valid JSON"));
+					return next(jsonBodyProblem(err));
 				});
 			},
 		];

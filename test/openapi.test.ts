@@ -205,6 +205,17 @@ describe.each(testDatabases())("OpenAPI document against the running services (%
 		expectDocumented(await stack.request("POST", "/id/v3/webhooks", { token, body: "{not json", headers: { "content-type": "application/json" } }), "/id/v3/webhooks", "post");
 	});
 
+	it("describes the event intake's real answers: 202, 403 and 422", async () => {
+		const path = "/id/v3/events/tasking.order_status";
+		const producer = await stack.token("openapi-producer", { scope: "events:publish" });
+		const event = { customer_id: "openapi-co", user_id: "openapi-user", order_id: "o-doc", status: "staged" };
+		const accepted = await stack.request("POST", path, { token: producer, body: [event, { ...event, order_id: "o-doc-2" }] });
+		expect(accepted.status).toBe(202);
+		expectDocumented(accepted, path, "post");
+		expectDocumented(await stack.request("POST", path, { token, body: event }), path, "post");
+		expectDocumented(await stack.request("POST", path, { token: producer, body: [{ ...event, status: "lost" }] }), path, "post");
+	});
+
 	it("describes the user endpoints' real answers", async () => {
 		expectDocumented(await stack.request("GET", "/id/v3/user/details", { token }), "/id/v3/user/details", "get");
 		const body = { notifications: [{ category: "tasking", settings: [{ topic: "tasking:order_status", email: true }] }] };

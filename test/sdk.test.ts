@@ -12,10 +12,12 @@ import {
 	ApiError,
 	AuthenticationError,
 	ConflictError,
+	ForbiddenError,
 	NotFoundError,
 	PreconditionFailedError,
 	RateLimitError,
 	SatelliteWebhooksClient,
+	ServiceUnavailableError,
 	ValidationError,
 	WebhookVerificationError,
 	verifyWebhook,
@@ -26,6 +28,8 @@ import { sleep, startDeliveryStack, waitUntil, type CreatedWebhook, type Deliver
 import type { ReceivedRequest } from "./helpers/https-receiver";
 import { freePort } from "./helpers/net";
 import { generateTypes, TARGET as GENERATED_TYPES } from "../sdk/scripts/generate-types";
+import type { ServiceSchema } from "moleculer";
+import DispatcherService from "../services/dispatcher.service";
 
 const ROOT = path.resolve(__dirname, "..");
 
@@ -286,6 +290,31 @@ describe("SDK against the real gateway", () => {
 		expect(unauthenticated.status).toBe(401);
 	});
 
+	it("events.publish: one event or a list, answered with the event_ids in order, then delivered; typed 403 and 422", async () => {
+		const producer = new SatelliteWebhooksClient({ baseUrl: env.stack.baseUrl, token: await env.stack.token("sdk-orders", { scope: "events:publish" }) });
+		const webhook = webhookOf(await newWebhook("sdk events"));
+		const order = () => ({ customer_id: customer, user_id: user, order_id: `sdk-ev-${crypto.randomBytes(3).toString("hex")}`, status: "Fulfilled" });
+		const given = crypto.randomUUID();
+		const list = [{ ...order(), event_id: given }, order()];
+		const answer = await producer.events.publish(list);
+		expect(answer.event_ids).toEqual([given, expect.stringMatching(/^[0-9a-f-]{36}$/)]);
+		const single = order();
+		expect((await producer.events.publish(single)).event_ids).toHaveLength(1);
+		const received = await deliveriesTo(webhook, 3);
+		const orders = received.map(request => {
+			const event = verifyWebhook(request.body, request.headers, webhook.secret);
+			return event.type === "tasking:order_status" ? event.data.order_id : event.type;
+		});
+		expect(orders.sort()).toEqual([...list, single].map(event => event.order_id).sort());
+
+		const forbidden = await client.events.publish(order()).catch(err => err);
+		expect(forbidden).toBeInstanceOf(ForbiddenError);
+		expect(forbidden).toMatchObject({ status: 403, detail: expect.stringContaining("events:publish") });
+		const invalid = await producer.events.publish([order(), { ...order(), status: "lost" }]).catch(err => err);
+		expect(invalid).toBeInstanceOf(ValidationError);
+		expect(invalid.errors).toEqual([{ path: "[1].status", message: expect.stringContaining("must be one of") }]);
+	});
+
 	it("a token function is asked before every request", async () => {
 		let asked = 0;
 		const fresh = new SatelliteWebhooksClient({ baseUrl: env.stack.baseUrl, token: () => (asked++, token) });
@@ -364,6 +393,46 @@ describe("SDK against the real gateway", () => {
 			expect(await forward(delivered.body.replace(order.order_id, "o-forged"))).toBe(400);
 			await waitUntil(() => run.output().stdout, stdout => stdout.includes(`order ${order.order_id} is fulfilled`), "the receiver's log line");
 		});
+	});
+});
+
+describe("SDK events.publish and 503", () => {
+	let stack: Stack;
+	beforeAll(async () => {
+		// No dispatcher yet: the gateway answers the intake 503 (a dependency is not running).
+		stack = await startStack({ services: ["api", "topics", "webhooks", "users", "notifier"] });
+	});
+	afterAll(() => stack?.stop());
+
+	it("gives events their event_ids and repeats a 503 with the same ones, after Retry-After", async () => {
+		const bodies: string[] = [];
+		const statuses: number[] = [];
+		const recording: typeof fetch = async (input, init) => {
+			bodies.push(String(init?.body));
+			const response = await fetch(input, init);
+			statuses.push(response.status);
+			// The dependency starts while the client waits for the Retry-After.
+			if (response.status === 503 && !stack.app.broker.getLocalService("dispatcher")) stack.app.broker.createService(DispatcherService as unknown as ServiceSchema);
+			return response;
+		};
+		const token = await stack.token("sdk-orders", { scope: "events:publish" });
+		const producer = new SatelliteWebhooksClient({ baseUrl: stack.baseUrl, token, fetch: recording });
+		const event = { customer_id: "sdk-co", user_id: "sdk-user", order_id: "sdk-503", status: "staged" };
+		const answer = await producer.events.publish([event]);
+		expect(statuses).toEqual([503, 202]);
+		expect(bodies[1]).toBe(bodies[0]);
+		expect(JSON.parse(bodies[0])).toEqual([{ ...event, event_id: answer.event_ids[0] }]);
+		expect(await stack.db("delivery_messages").where({ event_id: answer.event_ids[0] })).toHaveLength(1);
+	}, 30_000);
+
+	it("throws ServiceUnavailableError without repeating when maxRetries is 0", async () => {
+		await stack.app.broker.destroyService("dispatcher");
+		let requests = 0;
+		const counting: typeof fetch = (input, init) => (requests++, fetch(input, init));
+		const producer = new SatelliteWebhooksClient({ baseUrl: stack.baseUrl, token: await stack.token("sdk-orders", { scope: "events:publish" }), fetch: counting, maxRetries: 0 });
+		const error = await producer.events.publish({ customer_id: "sdk-co", user_id: "sdk-user", order_id: "sdk-503-b", status: "staged" }).catch(err => err);
+		expect(error).toBeInstanceOf(ServiceUnavailableError);
+		expect(requests).toBe(1);
 	});
 });
 

@@ -95,6 +95,14 @@ describe("npm run -s token (arguments and configuration)", () => {
 		expect(run.stderr).toMatch(/usage: npm run -s token -- --sub <user id>/);
 	});
 
+	it("--scope sets the scope claim (repeatable): what the HTTP event intake asks for", async () => {
+		const run = await npmRunToken(["--sub", "orders-service", "--scope", "events:publish", "--scope", "reports:read"], { DATA_DIR: dataDir });
+		expect({ code: run.code, stderr: run.stderr }).toEqual({ code: 0, stderr: "" });
+		const claims = decodeJwt(run.stdout.trim());
+		expect(claims).toMatchObject({ sub: "orders-service", scope: "events:publish reports:read" });
+		expect(decodeJwt((await npmRunToken(["--sub", "alice"], { DATA_DIR: dataDir })).stdout.trim())).not.toHaveProperty("scope");
+	});
+
 	it("refuses an unknown option", async () => {
 		const run = await npmRunToken(["--sub", "alice", "--admin"], { DATA_DIR: dataDir });
 		expect(run.code).not.toBe(0);

@@ -7,6 +7,7 @@ import { WebhookDisabledMessage, WebhookPage, WebhookView, WebhookWithSecret } f
 import { Delivery, DeliveryWithAttempts, RecoverResult } from "../schemas/deliveries";
 import { WebhookStats } from "../schemas/delivery-stats";
 import { UserDetails } from "../schemas/users";
+import { PublishedEvents } from "../schemas/events";
 import { type JsonSchema, SCHEMA_REF, withoutMetaKeys } from "./json-schema";
 
 // Response shapes that only the document needs: their TypeScript twins are interfaces in other modules.
@@ -48,14 +49,16 @@ const COMPONENTS: Record<string, z.ZodType> = {
 	RecoverResult,
 	UserDetails,
 	WebhookDisabledMessage,
+	PublishedEvents,
 };
 
 /** The error statuses an operation may list; each has a shared problem response. */
-export type ErrorStatus = 400 | 401 | 404 | 409 | 412 | 413 | 415 | 422 | 429 | 503;
+export type ErrorStatus = 400 | 401 | 403 | 404 | 409 | 412 | 413 | 415 | 422 | 429 | 503;
 
 const ERROR_DESCRIPTIONS: Record<ErrorStatus, string> = {
 	400: "The body is not valid JSON",
 	401: "Token missing, malformed, badly signed, expired, or from the wrong issuer or audience",
+	403: "The token lacks the scope this operation needs (events:publish)",
 	404: "Unknown id, or an id that belongs to another customer",
 	409: "Another webhook of this customer already has this name or URL",
 	412: "If-Match does not match the current ETag: read again, then retry",

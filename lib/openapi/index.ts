@@ -45,6 +45,7 @@ export function buildOpenApiDocument(options: OpenApiOptions): JsonSchema {
 			{ name: "Deliveries", description: "The delivery log of a webhook" },
 			{ name: "Users", description: "The caller's user record and email preferences" },
 			{ name: "Email", description: "Links in notification emails (no bearer token: the link's signed token)" },
+			{ name: "Events", description: "Order status events from producers outside the broker (scope events:publish)" },
 		],
 		paths,
 		// What this service sends to customers' URLs (OpenAPI 3.1 webhooks), for the operational topic.

@@ -69,7 +69,9 @@ export function buildOperation(operation: Operation): JsonSchema {
 	}
 
 	let requestBody: JsonSchema | undefined;
-	if (operation.formBody) {
+	if (operation.jsonBody) {
+		requestBody = { required: true, content: { "application/json": { schema: withoutMetaKeys(z.toJSONSchema(operation.jsonBody, { io: "input", unrepresentable: "any" }) as JsonSchema) } } };
+	} else if (operation.formBody) {
 		requestBody = { required: true, content: { "application/x-www-form-urlencoded": { schema: withoutMetaKeys(z.toJSONSchema(operation.formBody, { io: "input" }) as JsonSchema) } } };
 	} else if (hasJsonBody && bodyFields.length > 0) {
 		const required = input.required.filter(name => bodyFields.includes(name));

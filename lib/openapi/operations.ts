@@ -7,6 +7,7 @@ import { DeliveryParams, ListDeliveriesParams, MAX_RECOVER_BATCH, RecoverParams,
 import { WebhookStatsParams } from "../schemas/delivery-stats";
 import { DetailsParams, NotificationsUpdate } from "../schemas/users";
 import { MAX_UNSUBSCRIBE_TOKEN_LENGTH } from "../unsubscribe-token";
+import { MAX_EVENTS_PER_REQUEST, PublishOrderStatusBody } from "../schemas/events";
 import type { ErrorStatus } from "./components";
 
 type HttpMethod = "get" | "post" | "put" | "patch" | "delete";
@@ -31,11 +32,13 @@ export interface Operation {
 	action: string;
 	summary: string;
 	description?: string;
-	tag: "Webhooks" | "Deliveries" | "Users" | "Email";
+	tag: "Webhooks" | "Deliveries" | "Users" | "Email" | "Events";
 	/** The action's params schema: path, query and body fields together. */
 	params?: z.ZodType;
 	/** Fields of `params` left out of the documented body (accepted only to be refused). */
 	hiddenFields?: string[];
+	/** A JSON body that is not an object of fields (the event intake: one event or a list). */
+	jsonBody?: z.ZodType;
 	/** A non-JSON request body (the unsubscribe form). */
 	formBody?: z.ZodType;
 	/** Query parameters of an operation that also takes a body (the unsubscribe form's link token). */
@@ -219,6 +222,22 @@ export const OPERATIONS: Operation[] = [
 		ifMatch: true,
 		success: { status: 200, description: "The user, as GET /user/details answers", schema: "UserDetails", headers: { ETag: "The new version" } },
 		errors: [...COMMON, ...WITH_BODY, 412],
+	},
+	{
+		method: "post",
+		path: `${API_BASE}/events/tasking.order_status`,
+		action: "api.publishOrderStatus",
+		tag: "Events",
+		summary: "Report tasking order status changes, for producers outside the broker",
+		description:
+			`One event, or a list of at most ${MAX_EVENTS_PER_REQUEST}. Needs a token with the scope \`events:publish\` (the \`scope\` claim, space-separated); ` +
+			"any other token gets 403. The answer comes once every event is stored durably (JetStream in a cluster, the database embedded); " +
+			"from there on an event is delivered to the customer's webhooks and emailed as one sent to the channel. " +
+			"An event without `event_id` gets one, returned in `event_ids`; the same `event_id` again is answered 202 and delivered once. " +
+			"A list is checked whole: any invalid event (or an unknown `user_id` without `customer_id`) gets 422 naming its index, e.g. `[3].status`, and nothing is stored.",
+		jsonBody: PublishOrderStatusBody,
+		success: { status: 202, description: "Every event is stored durably", schema: "PublishedEvents" },
+		errors: [...COMMON, ...WITH_BODY, 403],
 	},
 	{
 		method: "get",

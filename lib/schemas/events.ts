@@ -54,3 +54,22 @@ export function withEventId(payload: unknown, makeId: () => string): unknown {
 	if ((payload as { event_id?: unknown }).event_id !== undefined) return payload;
 	return { ...payload, event_id: makeId() };
 }
+
+/** POST /events/tasking.order_status takes at most this many events in one list. */
+export const MAX_EVENTS_PER_REQUEST = 100;
+
+/**
+ * The body of POST /events/tasking.order_status, as documented: one event or a list. The gateway
+ * checks each event of a list on its own, so that every problem names its index.
+ */
+export const PublishOrderStatusBody = z.union([
+	TaskingOrderStatusEvent,
+	z.array(TaskingOrderStatusEvent).min(1).max(MAX_EVENTS_PER_REQUEST).describe(`At most ${MAX_EVENTS_PER_REQUEST} events, stored all or none`),
+]);
+export type PublishOrderStatusInput = z.input<typeof PublishOrderStatusBody>;
+
+/** The 202 answer: the event_id of every event, in the order sent (generated where none was given). */
+export const PublishedEvents = z.object({
+	event_ids: z.array(z.uuid()).describe("One per event sent, in the same order"),
+});
+export type PublishedEvents = z.output<typeof PublishedEvents>;

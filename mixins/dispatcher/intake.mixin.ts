@@ -145,12 +145,14 @@ export const IntakeMixin: DispatcherMixin = {
 
 		/**
 		 * The notifier consumes the same events on its own. In cluster mode the channel keeps the
-		 * event for its group (ours sees a repeat and skips it); embedded, it is in this process.
+		 * event for its group (ours sees a repeat and skips it). Embedded, the notifier is in this
+		 * process or nowhere: it is called rather than sent an event, because an event handler's
+		 * failure never reaches the emitter, and publish would then answer for an email it lost.
 		 */
 		async handToNotifier(this: DispatcherThis, event: unknown, ctx: Context): Promise<void> {
 			const send = (this.broker as { sendToChannel?: (channel: string, payload: unknown) => Promise<void> }).sendToChannel;
 			if (send) await send.call(this.broker, ORDER_STATUS_CHANNEL, event);
-			else await ctx.emit(TASKING_ORDER_STATUS_EVENT, event, { groups: ["notifier"] });
+			else if (this.broker.getLocalService("notifier")) await ctx.call("notifier.accept", event);
 		},
 
 		/** Validates, resolves the customer and hands the event to the batched writer. */

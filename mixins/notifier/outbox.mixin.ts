@@ -29,6 +29,20 @@ type OutboxQuery = z.infer<typeof OutboxQuery>;
 
 export const OutboxMixin: NotifierMixin = {
 	actions: {
+		/**
+		 * Acknowledged intake, for dispatcher.publish in the embedded mode (no channel there): the
+		 * same ingest as the channel's and the event's, but a failure to persist reaches the caller,
+		 * so that it answers an error instead of losing the email.
+		 */
+		accept: {
+			visibility: "public",
+			params: zodParams(z.unknown()),
+			async handler(this: NotifierThis, ctx: Context<unknown>): Promise<{ accepted: true }> {
+				await this.ingestOrderStatus(ctx.params);
+				return { accepted: true };
+			},
+		},
+
 		/** Operators' view of the outbox, newest first. Tokens are never stored, so never shown. */
 		outbox: {
 			params: zodParams(OutboxQuery),

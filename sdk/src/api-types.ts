@@ -81,6 +81,19 @@ export type OrderStatusEvent = {
 	};
 };
 
+/** One tasking order status event, as a producer sends it (POST /events/tasking.order_status). */
+export type OrderStatusEventInput = {
+	user_id: string;
+	order_id: string;
+	status: string;
+	event_id?: string | undefined;
+	customer_id?: string | undefined;
+	previous_status?: string | undefined;
+	order_name?: string | undefined;
+	occurred_at?: string | undefined;
+	details?: Record<string, unknown> | undefined;
+};
+
 export type PageInfo = {
 	per_page: number;
 	matched: number;
@@ -97,6 +110,11 @@ export type Problem = {
 		message: string;
 	}[] | undefined;
 	errors_omitted?: number | undefined;
+};
+
+/** The 202 answer: every event's event_id, in the order sent. */
+export type PublishedEvents = {
+	event_ids: string[];
 };
 
 /** POST /webhooks/{id}/recover: the window of failed deliveries to attempt again. */

@@ -1,7 +1,7 @@
 // The API client: one typed method per public endpoint, lists as async iterators that follow
 // the `next` links, failures as typed errors carrying the problem details, and a bounded wait
 // on 429 as the API's Retry-After asks.
-import { errorFromResponse, RateLimitError } from "./errors";
+import { errorFromResponse, RateLimitError, ServiceUnavailableError } from "./errors";
 import type {
 	CreateWebhookInput,
 	Delivery,
@@ -10,6 +10,8 @@ import type {
 	EventTopic,
 	Link,
 	NotificationsInput,
+	OrderStatusEventInput,
+	PublishedEvents,
 	PageInfo,
 	UpdateWebhookInput,
 	UserDetails,
@@ -85,6 +87,8 @@ const DEFAULT_MAX_RETRY_DELAY_MS = 30_000;
 interface RequestOptions {
 	body?: unknown;
 	headers?: Record<string, string>;
+	/** The request may be repeated on 503 too (it is idempotent), within the same bounds as a 429. */
+	repeatWhenUnavailable?: boolean;
 }
 
 interface Answer<T> {
@@ -160,6 +164,20 @@ export class SatelliteWebhooksClient {
 			this.call("POST", `/webhooks/${segment(webhookId)}/deliveries/${segment(deliveryId)}/retry`),
 	};
 
+	readonly events = {
+		/**
+		 * POST /events/tasking.order_status (a token with the scope events:publish): one event or a
+		 * list of at most 100, resolved once every one is stored durably. Each event without an
+		 * event_id is given one here, so that the request can be repeated safely: a 503 is repeated
+		 * after its Retry-After, as a 429 is. Answers the event_ids in the order sent.
+		 */
+		publish: (events: OrderStatusEventInput | OrderStatusEventInput[]): Promise<PublishedEvents> => {
+			const withId = (event: OrderStatusEventInput) => (event.event_id === undefined ? { ...event, event_id: globalThis.crypto.randomUUID() } : event);
+			const body = Array.isArray(events) ? events.map(withId) : withId(events);
+			return this.call("POST", "/events/tasking.order_status", { body, repeatWhenUnavailable: true });
+		},
+	};
+
 	readonly user = {
 		details: async (): Promise<UserDetails & { etag: string | undefined }> => {
 			const answer = await this.request<UserDetails>("GET", this.url("/user/details"));
@@ -209,9 +227,11 @@ export class SatelliteWebhooksClient {
 			if (response.ok) return { body: body as T, headers: response.headers };
 			const wait = retryAfterSeconds(response.headers.get("retry-after"));
 			const error = errorFromResponse(response.status, response.statusText, body, response.headers.get("x-request-id") ?? undefined, wait);
-			// A 429 changed nothing, so any method may be repeated, within the caller's bounds.
+			// A 429 changed nothing, so any method may be repeated, within the caller's bounds; a 503
+			// only where repeating is harmless.
 			const waitMs = (wait ?? 1) * 1000;
-			if (error instanceof RateLimitError && attempt < this.options.maxRetries && waitMs <= this.options.maxRetryDelayMs) {
+			const repeatable = error instanceof RateLimitError || (error instanceof ServiceUnavailableError && options.repeatWhenUnavailable === true);
+			if (repeatable && attempt < this.options.maxRetries && waitMs <= this.options.maxRetryDelayMs) {
 				await new Promise(resolve => setTimeout(resolve, waitMs));
 				continue;
 			}

@@ -38,6 +38,8 @@ export class PayloadTooLargeError extends ApiError {}
 export class UnsupportedMediaTypeError extends ApiError {}
 export class ValidationError extends ApiError {}
 export class ServiceUnavailableError extends ApiError {}
+/** 403: the token lacks a scope the operation needs (events:publish). */
+export class ForbiddenError extends ApiError {}
 
 export class RateLimitError extends ApiError {
 	/** Seconds the API asked to wait (Retry-After), when it said. */
@@ -52,6 +54,7 @@ export class RateLimitError extends ApiError {
 const BY_STATUS: Record<number, new (problem: Problem, requestId?: string) => ApiError> = {
 	400: BadRequestError,
 	401: AuthenticationError,
+	403: ForbiddenError,
 	404: NotFoundError,
 	409: ConflictError,
 	412: PreconditionFailedError,

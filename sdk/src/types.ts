@@ -18,6 +18,7 @@ import type {
 } from "../../lib/schemas/deliveries";
 import type { NotificationsUpdate, UserDetails as UserDetailsSchema } from "../../lib/schemas/users";
 import type { PageContext, PageLink } from "../../lib/schemas/common";
+import type { PublishedEvents as PublishedEventsSchema, TaskingOrderStatusEvent } from "../../lib/schemas/events";
 import type { FieldProblem as FieldProblemInterface, Problem as ProblemInterface } from "../../lib/errors";
 
 /** Interfaces print by name; this makes the compiler spell every type out as a literal. */
@@ -46,6 +47,11 @@ export type DeliveryWithAttempts = Delivery & DeepPlain<Omit<z.infer<typeof Deli
 export type UserDetails = z.infer<typeof UserDetailsSchema>;
 /** The `notifications` list of PUT /user/settings: `[{category, settings: [{topic, email}]}]`. */
 export type NotificationsInput = NonNullable<z.input<typeof NotificationsUpdate>>;
+
+/** One tasking order status event, as a producer sends it (POST /events/tasking.order_status). */
+export type OrderStatusEventInput = z.input<typeof TaskingOrderStatusEvent>;
+/** The 202 answer: every event's event_id, in the order sent. */
+export type PublishedEvents = z.infer<typeof PublishedEventsSchema>;
 
 export type PageInfo = z.infer<typeof PageContext>;
 export type Link = z.infer<typeof PageLink>;

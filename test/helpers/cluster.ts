@@ -315,7 +315,7 @@ export class Cluster {
 		return process_;
 	}
 
-	token(sub: string, claims: { customer?: string; email?: string; name?: string } = {}): Promise<string> {
+	token(sub: string, claims: { customer?: string; email?: string; name?: string; scope?: string } = {}): Promise<string> {
 		// As the gateway does: the customer claim, or the user's own id when there is none.
 		this.userCustomers.set(sub, claims.customer ?? sub);
 		return mintToken(parseConfig({ AUTH_JWT_SECRET: this.jwtSecret }), { sub, ...claims });
