@@ -95,6 +95,13 @@ describe.each(testDatabases())("examples/receiver.mjs (%s)", database => {
 	});
 });
 
+describe("the docs", () => {
+	it("show examples/producer.mjs as it is, so that what readers copy is what the test runs", () => {
+		const readme = fs.readFileSync(path.join(REPO_ROOT, "README.md"), "utf8");
+		expect(readme).toContain("```js\n" + fs.readFileSync(path.join(REPO_ROOT, "examples", "producer.mjs"), "utf8") + "```");
+	});
+});
+
 const describeWithCluster = natsEnabled() && process.env.TEST_POSTGRES === "yes" ? describe : describe.skip;
 
 describeWithCluster("examples/producer.mjs, against a cluster-mode service on JetStream", () => {
