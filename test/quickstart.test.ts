@@ -86,6 +86,11 @@ describe("docs/quickstart.md", () => {
 		expect(commandLines(steps)).toBeLessThanOrEqual(6);
 	});
 
+	it("is the line the README's SSRF policy shows, so that the test below runs that one too", () => {
+		const readme = fs.readFileSync(path.join(REPO_ROOT, "README.md"), "utf8");
+		expect(readme).toContain("```sh\n" + steps.restart + "\n```");
+	});
+
 	it("steps 1 to 3: the service, the receiver, and the one restart it prints end in a verified test delivery", async () => {
 		const start = terminal(steps.start.replace(/^npm install && /, ""));
 		await healthy();
