@@ -86,7 +86,7 @@ describe("docs/quickstart.md", () => {
 		expect(commandLines(steps)).toBeLessThanOrEqual(6);
 	});
 
-	it("is the line the README's SSRF policy shows, so that the test below runs that one too", () => {
+	it("restarts the service with the line the README's SSRF policy shows, so that the test below runs that one too", () => {
 		const readme = fs.readFileSync(path.join(REPO_ROOT, "README.md"), "utf8");
 		expect(readme).toContain("```sh\n" + steps.restart + "\n```");
 	});
