@@ -23,7 +23,7 @@ export function webClientConfig(config: AppConfig): WebClientConfig {
 	const auth: WebClientConfig["auth"] =
 		config.OIDC_ISSUER && config.OIDC_CLIENT_ID
 			? { mode: "oidc", issuer: config.OIDC_ISSUER, client_id: config.OIDC_CLIENT_ID, scope: config.OIDC_SCOPE, audience: config.AUTH_AUDIENCE ?? null }
-			: { mode: "token", token_command: "npm run token -- --sub <your user id> --email <your address> --customer <your customer id>" };
+			: { mode: "token", token_command: "npm run -s token -- --sub <your user id> --email <your address> --customer <your customer id>" };
 	return { auth, api_base: "/id/v3" };
 }
 

@@ -118,7 +118,9 @@ describe.each(testDatabases())("notifier on %s", database => {
 			expect(mail.parsed.to && !Array.isArray(mail.parsed.to) ? mail.parsed.to.value[0] : undefined).toEqual({ name: "Alice", address: "alice@example.com" });
 			expect(mail.parsed.text).toContain(events[index].order_id);
 			expect(mail.parsed.text).toContain("2026-11-21 10:00:00 UTC");
+			expect(mail.parsed.text).toContain("Change your notification settings: https://public.example.test/notify/notifications\n");
 			expect(mail.parsed.text).toContain("PUT https://public.example.test/notify/id/v3/user/settings");
+			expect(mail.parsed.html).toContain('<a href="https://public.example.test/notify/notifications">Change your notification settings</a>');
 			expect(mail.parsed.html).toContain(events[index].order_id);
 			expect(mail.parsed.html).toContain("2026-11-21 10:00:00 UTC");
 			expect(headerValue(mail.raw, "List-Unsubscribe-Post")).toBe("List-Unsubscribe=One-Click");

@@ -8,6 +8,8 @@ import os from "node:os";
 import path from "node:path";
 import { freePort } from "./helpers/net";
 import { waitUntil } from "./helpers/delivery-stack";
+import { loadConfig } from "../lib/config";
+import { mintToken } from "../lib/auth";
 
 const ROOT = path.resolve(__dirname, "..");
 
@@ -56,7 +58,15 @@ describe("the README's five-minute walk-through", () => {
 		fs.rmSync(dataDir, { recursive: true, force: true });
 	});
 
-	it("runs every command as written and gets the answers it shows", async () => {
+	it("runs every command as written and gets the answers it shows, touching only the webhook it created", async () => {
+		// A user with an older webhook: the steps after create must act on the new one only.
+		const token = await mintToken(loadConfig({ DATA_DIR: dataDir }).config, { sub: "alice" });
+		const older = await fetch(`http://127.0.0.1:${port}/id/v3/webhooks`, {
+			method: "POST",
+			headers: { authorization: `Bearer ${token}`, "content-type": "application/json" },
+			body: JSON.stringify({ name: "Older hook", url: "https://older.example.com/hook", events: ["tasking:order_status"] }),
+		}).then(response => response.json() as Promise<{ id: string }>);
+
 		const script = walkthroughScript().replaceAll("http://localhost:3000", `http://127.0.0.1:${port}`);
 		const { code, stdout, stderr } = await run("bash", ["-euo", "pipefail", "-c", script], { ...process.env, DATA_DIR: dataDir }).done;
 		expect({ code, stderr: stderr.split("\n").filter(line => line && !/npm warn/.test(line)) }).toEqual({ code: 0, stderr: [] });
@@ -71,5 +81,7 @@ describe("the README's five-minute walk-through", () => {
 		expect(stdout).toMatch(/"settings":\[\{"topic":"tasking:order_status","name":"[^"]+","description":"[^"]+","email":true\}\]/);
 		// The last command prints only the status code of the DELETE.
 		expect(stdout.trimEnd()).toMatch(/\}204$/);
+		const left = await fetch(`http://127.0.0.1:${port}/id/v3/webhooks`, { headers: { authorization: `Bearer ${token}` } }).then(response => response.json() as Promise<{ webhooks: unknown[] }>);
+		expect(left.webhooks).toEqual([expect.objectContaining({ id: older.id, name: "Older hook", active: true })]);
 	}, 120_000);
 });

@@ -82,7 +82,7 @@ describe("web application served by the gateway", () => {
 		const response = await stack.request("GET", "/config.json");
 		expect(response.status).toBe(200);
 		expect(response.headers.get("cache-control")).toBe("no-store");
-		expect(response.body).toEqual({ auth: { mode: "token", token_command: expect.stringMatching(/^npm run token -- --sub /) }, api_base: "/id/v3" });
+		expect(response.body).toEqual({ auth: { mode: "token", token_command: expect.stringMatching(/^npm run -s token -- --sub /) }, api_base: "/id/v3" });
 	});
 });
 

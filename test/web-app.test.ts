@@ -56,7 +56,7 @@ describeWithBrowser("web application in Chromium", () => {
 	it("shows the sign-in screen with the command that mints a token, and signs in with one", async () => {
 		await page.goto(env.stack.baseUrl + "/");
 		await page.getByRole("heading", { name: "Sign in" }).waitFor();
-		expect(await page.locator("pre.command").textContent()).toMatch(/^npm run token -- --sub /);
+		expect(await page.locator("pre.command").textContent()).toMatch(/^npm run -s token -- --sub /);
 		await expectAccessible("sign-in");
 		await screenshotBothWidths(page, "sign-in");
 		await expectNoSidewaysScroll();
@@ -67,7 +67,8 @@ describeWithBrowser("web application in Chromium", () => {
 		await page.getByText("This is not a token").waitFor();
 		expect(await page.getByLabel("Access token").getAttribute("aria-invalid")).toBe("true");
 
-		await page.getByLabel("Access token").fill(token);
+		// What npm prints around the token when the command is run without -s is left out.
+		await page.getByLabel("Access token").fill(`\n> satellite-webhooks@0.1.0 token\n> tsx scripts/token.ts --sub ${user}\n\n${token}\n`);
 		await page.getByRole("button", { name: "Sign in" }).click();
 		await page.getByRole("heading", { name: "Webhooks", level: 1 }).waitFor();
 		expect(new URL(page.url()).pathname).toBe("/webhooks");
@@ -114,6 +115,17 @@ describeWithBrowser("web application in Chromium", () => {
 		expect(secret).toMatch(/^whsec_[A-Za-z0-9+/=]+$/);
 		await page.getByRole("button", { name: "Copy secret" }).click();
 		await page.getByText("Copied to the clipboard.").waitFor();
+		// Its label stays on one line, beside the secret on a desktop and under it on a phone.
+		const copyLabelLines = () =>
+			page.getByRole("button", { name: "Copy secret" }).evaluate(button => {
+				const range = document.createRange();
+				range.selectNodeContents(button);
+				return new Set(Array.from(range.getClientRects(), rect => Math.round(rect.top))).size;
+			});
+		expect(await copyLabelLines()).toBe(1);
+		await page.setViewportSize(VIEWPORTS.phone);
+		expect(await copyLabelLines()).toBe(1);
+		await page.setViewportSize(VIEWPORTS.desktop);
 		expect(await page.evaluate(() => navigator.clipboard.readText())).toBe(secret);
 		await expectAccessible("secret shown after create");
 		await screenshotBothWidths(page, "webhook-created");
@@ -234,6 +246,30 @@ describeWithBrowser("web application in Chromium", () => {
 		expect(legend).toContain(`Succeeded: ${stats.totals.succeeded}`);
 		expect(await page.locator("figure.chart svg rect").count()).toBeGreaterThan(0);
 		expect(await page.locator("figure.chart svg").getAttribute("aria-label")).toMatch(/^Last 24 hours: \d+ succeeded/);
+
+		// One way of writing dates (the context's en-GB): the axis starts with a date and an hour,
+		// and the Created date reads like the delivery log's times.
+		expect(await page.locator("figure.chart .ticks span").first().textContent()).toMatch(/^\d{1,2} [A-Z][a-z]{2}, \d{2}:\d{2}$/);
+		const fullDate = /^\d{1,2} [A-Z][a-z]{2} \d{4}, \d{2}:\d{2}:\d{2}$/;
+		expect(await page.locator(".details dd").nth(1).textContent()).toMatch(fullDate);
+		expect(await page.locator("li.delivery .delivery-row > span").nth(2).first().textContent()).toMatch(fullDate);
+
+		// The figures per hour, every column readable at phone width without sideways scrolling.
+		await page.getByText("Show the figures per hour").click();
+		const firstHour = page.locator("table.per-hour tbody tr").first();
+		await firstHour.waitFor();
+		expect(await firstHour.locator("th").textContent()).toMatch(/^\d{1,2} [A-Z][a-z]{2}, \d{2}:\d{2}$/);
+		await page.setViewportSize(VIEWPORTS.phone);
+		const hidden = await page.locator("figure.chart .table-wrap").evaluate(wrap => {
+			const edge = wrap.getBoundingClientRect().right;
+			return Array.from(wrap.querySelectorAll("tbody td")).filter(cell => cell.getBoundingClientRect().right > edge + 0.5).length + (wrap.scrollWidth - wrap.clientWidth > 0 ? 1000 : 0);
+		});
+		await page.setViewportSize(VIEWPORTS.desktop);
+		expect(hidden).toBe(0);
+		await page.locator("figure.chart details").scrollIntoViewIfNeeded();
+		await screenshotBothWidths(page, "webhook-stats");
+		await expectAccessible("the figures per hour");
+		await page.getByText("Show the figures per hour").click();
 	});
 
 	it("renames the webhook and changes its events; a taken name is reported next to Webhook Name", async () => {

@@ -157,7 +157,8 @@ export const WorkerMixin: NotifierMixin = {
 				links: {
 					unsubscribe: `${this.publicBaseUrl()}/email/unsubscribe?token=${encodeURIComponent(token)}`,
 					settingsApi: `${this.publicBaseUrl()}/id/v3/user/settings`,
-					preferencesPage: this.config.MAIL_PREFERENCES_URL,
+					// The gateway serves the web application, whose page changes these settings.
+					preferencesPage: this.config.MAIL_PREFERENCES_URL ?? `${this.publicBaseUrl()}/notifications`,
 				},
 			});
 		},

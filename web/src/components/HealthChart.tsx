@@ -1,6 +1,7 @@
 // The webhook's health over the last 24 hours: deliveries per hour, succeeded / failed / pending,
 // as stacked SVG bars, with the same figures as a table for screen readers and keyboard users.
 import type { StatsBucket, WebhookStats } from "../types";
+import { formatHour } from "./common";
 
 const SERIES = [
 	{ key: "succeeded", label: "Succeeded", class: "bar-ok" },
@@ -11,8 +12,6 @@ const SERIES = [
 const WIDTH = 480;
 const HEIGHT = 120;
 const GAP = 2;
-
-const hourLabel = (iso: string) => new Date(iso).toLocaleTimeString(undefined, { hour: "2-digit", minute: "2-digit" });
 
 export function HealthChart(props: { stats: WebhookStats }) {
 	const { buckets, totals } = props.stats;
@@ -41,7 +40,7 @@ export function HealthChart(props: { stats: WebhookStats }) {
 				})}
 			</svg>
 			<div class="ticks" aria-hidden="true">
-				<span>{hourLabel(buckets[0].start)}</span>
+				<span>{formatHour(buckets[0].start)}</span>
 				<span>now</span>
 			</div>
 			<figcaption>
@@ -57,7 +56,7 @@ export function HealthChart(props: { stats: WebhookStats }) {
 			<details>
 				<summary>Show the figures per hour</summary>
 				<div class="table-wrap">
-					<table>
+					<table class="per-hour">
 						<caption class="visually-hidden">Deliveries per hour, last 24 hours</caption>
 						<thead>
 							<tr>
@@ -73,11 +72,11 @@ export function HealthChart(props: { stats: WebhookStats }) {
 								.filter(bucket => height(bucket) + bucket.attempts_failed + bucket.attempts_succeeded > 0)
 								.map(bucket => (
 									<tr key={bucket.start}>
-										<th scope="row">{hourLabel(bucket.start)}</th>
-										<td>{bucket.succeeded}</td>
-										<td>{bucket.failed}</td>
-										<td>{bucket.pending}</td>
-										<td>{bucket.attempts_failed}</td>
+										<th scope="row">{formatHour(bucket.start)}</th>
+										<td data-label="Succeeded">{bucket.succeeded}</td>
+										<td data-label="Failed">{bucket.failed}</td>
+										<td data-label="Pending">{bucket.pending}</td>
+										<td data-label="Failed attempts">{bucket.attempts_failed}</td>
 									</tr>
 								))}
 						</tbody>

@@ -148,10 +148,16 @@ export function SecretPanel(props: { name: string; secret: string; rotated?: boo
 	);
 }
 
+// Every date in the app is written one way (in the browser's language): "24 Nov 2026, 07:01:12";
+// an hour of the last 24 as "24 Nov, 07:00", since they span two days.
 export function formatTime(iso: string | null | undefined): string {
 	if (!iso) return "—";
 	const date = new Date(iso);
 	return date.toLocaleString(undefined, { year: "numeric", month: "short", day: "numeric", hour: "2-digit", minute: "2-digit", second: "2-digit" });
+}
+
+export function formatHour(iso: string): string {
+	return new Date(iso).toLocaleString(undefined, { month: "short", day: "numeric", hour: "2-digit", minute: "2-digit" });
 }
 
 const DISABLED_BECAUSE: Record<NonNullable<Webhook["disabled_reason"]>, string> = {

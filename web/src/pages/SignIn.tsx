@@ -12,7 +12,10 @@ export function SignIn(props: { config: WebClientConfig; notice: string | null; 
 
 	const submit = (event: Event) => {
 		event.preventDefault();
-		const value = token.trim().replace(/^Bearer\s+/i, "");
+		// Whatever was pasted around the token (npm's "> …" banner without -s, a "Bearer " prefix)
+		// is left out, as long as exactly one token is in it.
+		const candidates = token.split(/\s+/).filter(looksLikeJwt);
+		const value = candidates.length === 1 ? candidates[0] : token.trim();
 		if (!looksLikeJwt(value)) {
 			setError("This is not a token: paste the whole line the command printed (three parts separated by dots).");
 			return;

@@ -2,7 +2,7 @@
 // form, the 24-hour health chart and the delivery log.
 import { useEffect, useState } from "preact/hooks";
 import { Api, ApiError } from "../api";
-import { ConfirmDialog, DisabledNote, Feedback, Link, ProblemBanner, SecretPanel, Switch } from "../components/common";
+import { ConfirmDialog, DisabledNote, Feedback, formatTime, Link, ProblemBanner, SecretPanel, Switch } from "../components/common";
 import { WebhookForm, type WebhookFormValues } from "../components/WebhookForm";
 import { HealthChart } from "../components/HealthChart";
 import { DeliveryLog } from "../components/DeliveryLog";
@@ -167,7 +167,7 @@ export function WebhookDetailPage(props: { api: Api; id: string }) {
 					<dt>Event types</dt>
 					<dd>{webhook.events.map(topic => topicName(topics, topic)).join(", ")}</dd>
 					<dt>Created</dt>
-					<dd>{new Date(webhook.created_at).toLocaleString()}</dd>
+					<dd>{formatTime(webhook.created_at)}</dd>
 					<dt>Id</dt>
 					<dd class="mono break">{webhook.id}</dd>
 				</dl>
