@@ -12,10 +12,6 @@ import { CommandProcess } from "./helpers/command-process";
 import { REPO_ROOT } from "./helpers/role-process";
 import { freePort } from "./helpers/net";
 
-// Step 4 posts the event over HTTP (POST /id/v3/events/tasking.order_status, a token with
-// --scope events:publish): built on the intake branch. Set to true once it is merged.
-const HTTP_INTAKE_MERGED = false;
-
 interface QuickStart {
 	start: string;
 	listen: string;
@@ -108,7 +104,7 @@ describe("docs/quickstart.md", () => {
 		expect(fs.readFileSync(path.join(clone, "data", "listen", "ca.pem"), "utf8")).toContain("-----BEGIN CERTIFICATE-----");
 	}, 300_000);
 
-	(HTTP_INTAKE_MERGED ? it : it.skip)("steps 4 to 6: an order event posted over HTTP prints as a verified delivery and leaves an email in data/mail", async () => {
+	it("steps 4 to 6: an order event posted over HTTP prints as a verified delivery and leaves an email in data/mail", async () => {
 		const publish = terminal(steps.publish);
 		expect(await publish.exited).toEqual({ code: 0, signal: null });
 		expect(publish.output).toMatch(/^\{"event_ids":\["[0-9a-f-]{36}"\]\}$/m);
