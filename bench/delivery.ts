@@ -25,7 +25,8 @@
 // BENCH_SCENARIOS=sqlite,postgresql,cluster,neighbours picks scenarios; BENCH_PROFILE_DIR=<dir>
 // runs the service nodes with --cpu-prof into that folder; BENCH_SAMPLES_FILE=<file> appends each
 // latency round's samples ([sent at, ms], monotonic clock) as a JSON line; BENCH_OFFERED fixes the
-// latency load (deliveries/s). BENCH_DATABASE_URL is the PostgreSQL server (default
+// latency load (deliveries/s); BENCH_SERVICE_ENV adds settings to every service node (JSON).
+// BENCH_DATABASE_URL is the PostgreSQL server (default
 // postgres://postgres@127.0.0.1:5432/test), BENCH_NATS_URL the NATS server.
 import crypto from "node:crypto";
 import fs from "node:fs";
@@ -68,6 +69,8 @@ const SAMPLES_FILE = process.env.BENCH_SAMPLES_FILE;
 // The latency load in deliveries per second, instead of half the measured throughput: an A/B of
 // two versions then offers both the same load.
 const OFFERED = process.env.BENCH_OFFERED ? Number(process.env.BENCH_OFFERED) : undefined;
+// Settings for every service node (JSON), for an A/B of one setting: BENCH_SERVICE_ENV='{"DELIVERY_POLL_INTERVAL":"250ms"}'.
+const SERVICE_ENV: Record<string, string> = JSON.parse(process.env.BENCH_SERVICE_ENV ?? "{}");
 const CUSTOMER = "bench";
 const TOPIC = "tasking:order_status";
 // The failing neighbour is retried every 250 ms for a minute: retries are due all the time.
@@ -173,6 +176,7 @@ async function deploy(options: DeployOptions): Promise<Deployment> {
 		DELIVERY_CONCURRENCY: String(CONCURRENCY),
 		...(schema ? { DATABASE_URL, DATABASE_SCHEMA: schema } : {}),
 		...options.env,
+		...SERVICE_ENV,
 	};
 	const nodeOptions = (name: string) => (PROFILE_DIR ? ["--cpu-prof", `--cpu-prof-dir=${path.join(PROFILE_DIR, `${namespace}-${name}`)}`] : []);
 	const start = (name: string, services: string) => startChild<unknown>(here("service-node.ts"), { ...env, SERVICES: services, NODE_ID: `${namespace}-${name}` }, 120_000, nodeOptions(name));

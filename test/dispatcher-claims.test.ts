@@ -16,6 +16,7 @@ const DISABLED = "33333333-3333-4333-8333-333333333333";
 const REFILLED = "44444444-4444-4444-8444-444444444444";
 const LATE = "55555555-5555-4555-8555-555555555555";
 const CROWDED = "66666666-6666-4666-8666-666666666666";
+const WAITING = "77777777-7777-4777-8777-777777777777";
 
 interface ClaimingService {
 	claimBatch(limit: number, dueSince?: number | null): Promise<ClaimedBatch>;
@@ -153,6 +154,30 @@ describe.each(testDatabases())("claims on %s", database => {
 		// The row due in a minute stays where it is.
 		expect(rest.leased.map(delivery => delivery.id)).toEqual(oldestFirst.slice(4, 10).sort());
 		expect(await stack.db("deliveries").where({ webhook_id: REFILLED }).whereNull("lease_id").pluck("id")).toEqual([oldestFirst[10]]);
+	});
+
+	it("keeps a webhook waiting for its refill when the poll's claim read only newer rows", async () => {
+		// Between half its share and its share, a webhook is refilled only once it crosses half; its
+		// pile is older than what the poll's claim reads on SQLite. Let go here, the pile would wait
+		// for the poll's claim of all due rows, 10 polls later, while new rows went ahead of it.
+		await seedDue(stack.db, WAITING, 10, 60_000);
+		dispatcher.cacheTarget(WAITING, inactiveTarget(WAITING));
+		dispatcher.heldByWebhook.set(WAITING, 10);
+		dispatcher.held += 10;
+		try {
+			dispatcher.waitingWebhooks.add(WAITING);
+			dispatcher.backlog = true;
+			dispatcher.scanFrom = Date.now() - 1_000;
+			await dispatcher.claimUntilFull();
+			const [{ count: unclaimed }] = await stack.db("deliveries").where({ webhook_id: WAITING }).whereNull("lease_id").count({ count: "*" });
+			expect(Number(unclaimed)).toBe(10);
+			expect(dispatcher.waitingWebhooks.has(WAITING)).toBe(true);
+			expect(dispatcher.backlog).toBe(false);
+		} finally {
+			dispatcher.heldByWebhook.delete(WAITING);
+			dispatcher.held -= 10;
+			dispatcher.waitingWebhooks.delete(WAITING);
+		}
 	});
 
 	it("leaves what a refill had no room for to the claim of all due rows", async () => {
