@@ -59,6 +59,11 @@ export function intakeNames(namespace: string): IntakeNames {
 /** Given to the adapter and to our own provisioning, so both create exactly the same stream. */
 const STREAM_SETTINGS: Partial<StreamConfig> = { max_age: nanos(STREAM_MAX_AGE_MS) };
 
+/** Where JetStream pushes a group's events; the group's instances subscribe to it as one queue. */
+export function intakeDeliverSubject(names: IntakeNames, group: IntakeGroup): string {
+	return `_INTAKE.${names.stream}.${group}`;
+}
+
 /**
  * `ackWaitMs` (INTAKE_ACK_WAIT): a handler that has not acknowledged within this long is presumed
  * dead, and JetStream hands the event to another instance of the group.
@@ -68,7 +73,7 @@ function consumerConfig(names: IntakeNames, group: IntakeGroup, ackWaitMs: numbe
 		durable_name: group,
 		// The adapter subscribes every instance as a queue named after the stream.
 		deliver_group: names.stream,
-		deliver_subject: `_INTAKE.${names.stream}.${group}`,
+		deliver_subject: intakeDeliverSubject(names, group),
 		filter_subject: names.subject,
 		deliver_policy: "all" as ConsumerConfig["deliver_policy"],
 		ack_policy: "explicit" as ConsumerConfig["ack_policy"],
