@@ -10,6 +10,11 @@ module.exports = {
 	// The SDK from its source, as tsconfig.json's paths map it (its package's main is the built dist/).
 	moduleNameMapper: { "^@satellite-webhooks/sdk$": "<rootDir>/sdk/src/index.ts" },
 	testTimeout: 60_000,
+	// Suites run side by side: most of their time is spent waiting (for processes to start, leases
+	// to end, a fault to play out), not computing. Three workers on the 2-core CI machine: every
+	// suite owns its ports, schema, NATS namespace (or server) and data directory.
+	maxWorkers: 3,
+	testSequencer: "<rootDir>/test/helpers/longest-first-sequencer.js",
 	globalSetup: "<rootDir>/test/helpers/global-setup.ts",
 	// A suite whose setup fails may never reach its afterAll, leaving a pool or child process
 	// open; exit anyway so that a failing run fails at once instead of hanging CI. Passing runs

@@ -132,6 +132,9 @@ export const EnvSchema = z.object({
 		.regex(/^nats:\/\//, "must be a nats:// URL")
 		.optional(),
 	NAMESPACE: z.string().default(""),
+	// How long JetStream waits for a consumer's acknowledgement before handing the event to another
+	// instance of its group. Applied when a node provisions the intake (see lib/intake-channel.ts).
+	INTAKE_ACK_WAIT: duration("60s"),
 	NODE_ID: z.string().optional(),
 	SERVICES: z
 		.string()

@@ -21,8 +21,6 @@ export const ORDER_STATUS_CHANNEL = "tasking.order_status";
 export const INTAKE_GROUPS = ["dispatcher", "notifier"] as const;
 export type IntakeGroup = (typeof INTAKE_GROUPS)[number];
 
-// A handler that has not acknowledged within this long is presumed dead: JetStream redelivers.
-const ACK_WAIT_MS = 60_000;
 /** Unacknowledged events per group, across all its instances: what a slow database can queue. */
 export const INTAKE_MAX_IN_FLIGHT = 1_000;
 /**
@@ -61,16 +59,25 @@ export function intakeNames(namespace: string): IntakeNames {
 /** Given to the adapter and to our own provisioning, so both create exactly the same stream. */
 const STREAM_SETTINGS: Partial<StreamConfig> = { max_age: nanos(STREAM_MAX_AGE_MS) };
 
-function consumerConfig(names: IntakeNames, group: IntakeGroup): Partial<ConsumerConfig> {
+/** Where JetStream pushes a group's events; the group's instances subscribe to it as one queue. */
+export function intakeDeliverSubject(names: IntakeNames, group: IntakeGroup): string {
+	return `_INTAKE.${names.stream}.${group}`;
+}
+
+/**
+ * `ackWaitMs` (INTAKE_ACK_WAIT): a handler that has not acknowledged within this long is presumed
+ * dead, and JetStream hands the event to another instance of the group.
+ */
+function consumerConfig(names: IntakeNames, group: IntakeGroup, ackWaitMs: number): Partial<ConsumerConfig> {
 	return {
 		durable_name: group,
 		// The adapter subscribes every instance as a queue named after the stream.
 		deliver_group: names.stream,
-		deliver_subject: `_INTAKE.${names.stream}.${group}`,
+		deliver_subject: intakeDeliverSubject(names, group),
 		filter_subject: names.subject,
 		deliver_policy: "all" as ConsumerConfig["deliver_policy"],
 		ack_policy: "explicit" as ConsumerConfig["ack_policy"],
-		ack_wait: nanos(ACK_WAIT_MS),
+		ack_wait: nanos(ackWaitMs),
 		max_ack_pending: INTAKE_MAX_IN_FLIGHT,
 	};
 }
@@ -106,7 +113,9 @@ async function ensureStream(manager: JetStreamManager, name: string, subject: st
 
 async function ensureConsumer(manager: JetStreamManager, stream: string, config: Partial<ConsumerConfig>): Promise<void> {
 	try {
-		await manager.consumers.info(stream, config.durable_name!);
+		const existing = await manager.consumers.info(stream, config.durable_name!);
+		// A changed INTAKE_ACK_WAIT applies to the consumer that exists already, not only to new ones.
+		if (existing.config.ack_wait !== config.ack_wait) await manager.consumers.update(stream, config.durable_name!, { ack_wait: config.ack_wait });
 	} catch (err) {
 		if ((err as { code?: string }).code !== "404") throw err;
 		await manager.consumers.add(stream, config).catch(addErr => {
@@ -145,7 +154,7 @@ export async function provisionIntake(natsUrl: string, config: AppConfig): Promi
 		});
 		await ensureStream(manager, names.stream, names.subject);
 		await ensureStream(manager, names.deadLetterStream, names.deadLetterSubject);
-		for (const group of INTAKE_GROUPS) await ensureConsumer(manager, names.stream, consumerConfig(names, group));
+		for (const group of INTAKE_GROUPS) await ensureConsumer(manager, names.stream, consumerConfig(names, group, config.INTAKE_ACK_WAIT));
 	} finally {
 		await connection?.close();
 	}
@@ -162,7 +171,7 @@ const noProgressAck = () => undefined;
  * The channels' NATS adapter tells JetStream "work in progress" (a +WPI publish, so one more
  * socket write) for every message the moment it arrives. That restarts the ack-wait timer the
  * server started a few milliseconds before, so it buys nothing here: a handler that outlives the
- * 60 s ack wait gets its event redelivered, recognised by event_id, either way. In the delivery
+ * ack wait (INTAKE_ACK_WAIT) gets its event redelivered, recognised by event_id, either way. In the delivery
  * benchmark (SQLite, two A/B runs each) leaving it out took the dispatcher from 160 to 151-154 µs
  * of CPU per delivery and from 10.2k to 10.8k deliveries/s. Everything else is the adapter's own
  * handling: acknowledgement after the handler, redelivery and its counters.

@@ -85,22 +85,30 @@ describeCluster("cluster fault 5: PostgreSQL unreachable behind a relay", () => 
 			const before = await tableContents(c.db, c.schema);
 
 			// Writes in flight when the database goes away: lanes of creates, cut once some landed.
-			const createAnswers: Array<HttpAnswer & { name: string }> = [];
+			// A create is caught by the cut when it was sent before the cut began and answered after.
+			const createAnswers: Array<HttpAnswer & { name: string; caught: boolean }> = [];
+			let cutting = false;
 			let cut = false;
 			const lane = async (laneNumber: number) => {
 				for (let index = 0; !cut; index++) {
 					const body = { name: `lane ${laneNumber} #${index}`, url: `${c.receiver.url}/outage/${laneNumber}/${index}`, events: ["tasking:order_status"] };
-					createAnswers.push({ ...(await c.request("POST", "/id/v3/webhooks", { token: lanesToken, body })), name: body.name });
+					const sentBeforeCut = !cutting;
+					const answer = await c.request("POST", "/id/v3/webhooks", { token: lanesToken, body });
+					createAnswers.push({ ...answer, name: body.name, caught: sentBeforeCut && cutting });
 				}
 			};
 			const lanes = Array.from({ length: CREATE_LANES }, (_, laneNumber) => lane(laneNumber));
 			await eventually(() => createAnswers.filter(answer => answer.status === 201).length, count => count >= 10, "some creates to land");
+			cutting = true;
 			await c.relay!.cut();
 			cut = true;
 			await Promise.all(lanes);
 			for (const [index, answer] of createAnswers.entries()) {
 				if (answer.status !== 201) expectOpaque503(answer, c, `create ${index} caught by the cut`);
 			}
+			// The cut did catch writes mid-flight, and at least one of them was refused.
+			const caught = createAnswers.filter(answer => answer.caught);
+			expect(caught.filter(answer => answer.status === 503).length).toBeGreaterThanOrEqual(1);
 
 			// Events keep coming while the database is gone: JetStream stores them, and the
 			// consumers, unable to persist, ask for them again later instead of dropping them.
@@ -185,13 +193,15 @@ describeCluster("cluster fault 5: PostgreSQL unreachable behind a relay", () => 
 			// Waiting for the database is not a reason to reject (or dead-letter) an event.
 			expect(await c.db("delivery_rejected_events").count({ count: "*" }).then(([row]) => Number(row.count))).toBe(0);
 			expect(await c.db("email_rejected_events").count({ count: "*" }).then(([row]) => Number(row.count))).toBe(0);
-			expect(deliveries).toMatchObject({ sent: OUTAGE_EVENTS, lost: 0, bad_signatures: 0, unexpected: 0, split_deliveries: 0 });
+			expect(deliveries).toMatchObject({ sent: OUTAGE_EVENTS, lost: 0, bad_signatures: 0, wrong_payloads: 0, unexpected: 0, split_deliveries: 0 });
 			expect(emails).toMatchObject({ expected: expectedEmails.length, lost: 0, unexpected: 0 });
 
 			printFigures("fault 5: PostgreSQL cut", {
 				creates: createAnswers.length,
 				created: created.length,
 				answered_503: createAnswers.length - created.length,
+				caught_mid_flight: caught.length,
+				caught_mid_flight_503: caught.filter(answer => answer.status === 503).length,
 				committed_despite_503: committedDespite503,
 				half_written: 0,
 				events_sent_during_outage: deliveries,

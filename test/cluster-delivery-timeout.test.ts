@@ -61,7 +61,7 @@ describeCluster("cluster: delivery timeout at the dispatcher", () => {
 
 			const figures = c.deliveryFigures([webhook], events, sent);
 			printFigures("delivery timeout", { ...figures, timeout_ms: TIMEOUT_MS, first_attempt_ms: first.duration_ms });
-			expect(figures).toMatchObject({ lost: 0, bad_signatures: 0, split_deliveries: 0 });
+			expect(figures).toMatchObject({ lost: 0, bad_signatures: 0, wrong_payloads: 0, split_deliveries: 0 });
 		});
 	}, 120_000);
 });

@@ -53,10 +53,16 @@ describeCluster("cluster faults", () => {
 			const c = cluster!;
 			await c.startRoles(["gateway", "gateway"], ["dispatcher", "dispatcher-1"], ["dispatcher", "dispatcher-2"]);
 			const { webhook } = await tenant(c);
+			const intake = await c.watchIntake("dispatcher");
 			const batch = events(400, "f1");
 			// Paced, so that the kill lands while events are still coming in and being delivered.
 			const sending = c.send(batch, { concurrency: 2, gapMs: 20 });
 			await eventually(() => c.deliveredCount([webhook]), count => count >= 60, "the first deliveries");
+			const attemptsOfKilled = await c.role("dispatcher-1").metric("webhook_delivery_attempts_total");
+			// Stalled for a second before the kill, as a machine can be: JetStream goes on handing
+			// it events, so it certainly dies holding some it never acknowledged.
+			c.role("dispatcher-1").freeze();
+			await sleep(1_000);
 			const exit = await c.role("dispatcher-1").kill("SIGKILL");
 			expect(exit.signal).toBe("SIGKILL");
 			const deliveredAtKill = c.deliveredCount([webhook]);
@@ -65,8 +71,22 @@ describeCluster("cluster faults", () => {
 			await c.waitForDeliveries([webhook], batch, 150_000);
 
 			const figures = c.deliveryFigures([webhook], batch, sent);
-			printFigures("fault 1: SIGKILL a dispatcher", { ...figures, sent_at_kill: sentAtKill, delivered_at_kill: deliveredAtKill });
-			expect(figures).toMatchObject({ sent: batch.length, lost: 0, bad_signatures: 0, unexpected: 0, split_deliveries: 0 });
+			const redelivered = intake.redelivered();
+			printFigures("fault 1: SIGKILL a dispatcher", {
+				...figures,
+				sent_at_kill: sentAtKill,
+				delivered_at_kill: deliveredAtKill,
+				attempts_of_killed: attemptsOfKilled,
+				events_redelivered: redelivered,
+			});
+			expect(figures).toMatchObject({ sent: batch.length, lost: 0, bad_signatures: 0, wrong_payloads: 0, unexpected: 0, split_deliveries: 0 });
+			// The kill landed mid-run: events were still coming in and deliveries still going out…
+			expect(sentAtKill).toBeLessThan(batch.length);
+			expect(deliveredAtKill).toBeLessThan(batch.length);
+			// …and the killed dispatcher was working: it had made attempts, and it died holding
+			// events that JetStream then handed to the survivor (after INTAKE_ACK_WAIT).
+			expect(attemptsOfKilled).toBeGreaterThan(0);
+			expect(redelivered).toBeGreaterThan(0);
 		});
 	}, 240_000);
 
@@ -107,7 +127,11 @@ describeCluster("cluster faults", () => {
 			const streamMessages = await c.streamMessages();
 			const restarts = [...c.roles.values()].filter(role => role.starts > 1 || !role.running).map(role => role.name);
 			printFigures("fault 2: NATS down 5 s", { ...figures, sent_at_stop: sentAtStop, delivered_at_stop: deliveredAtStop, producer_send_retries: c.sendRetries, stream_messages: streamMessages, emails, roles_restarted_or_dead: restarts });
-			expect(figures).toMatchObject({ sent: all.length, lost: 0, bad_signatures: 0, unexpected: 0, split_deliveries: 0 });
+			expect(figures).toMatchObject({ sent: all.length, lost: 0, bad_signatures: 0, wrong_payloads: 0, unexpected: 0, split_deliveries: 0 });
+			// NATS went away mid-run: the producer was still sending, and stored events were still
+			// waiting for their delivery.
+			expect(sentAtStop).toBeLessThan(before.length);
+			expect(deliveredAtStop).toBeLessThan(sentAtStop);
 			expect(emails).toMatchObject({ lost: 0, unexpected: 0 });
 			expect(streamMessages).toBeGreaterThanOrEqual(sent);
 			// A 5 s outage is ridden out: no node gave up and exited.
@@ -147,7 +171,7 @@ describeCluster("cluster faults", () => {
 			const figures = c.deliveryFigures([webhook], all, sent);
 			printFigures("fault 3: no dispatcher, then one", { ...figures, delivered_at_stop: deliveredAtStop, delivered_while_none_ran: receivedWhileDown - deliveredAtStop });
 			expect(receivedWhileDown).toBe(deliveredAtStop);
-			expect(figures).toMatchObject({ sent: all.length, lost: 0, bad_signatures: 0, unexpected: 0, split_deliveries: 0 });
+			expect(figures).toMatchObject({ sent: all.length, lost: 0, bad_signatures: 0, wrong_payloads: 0, unexpected: 0, split_deliveries: 0 });
 		});
 	}, 240_000);
 
@@ -189,10 +213,20 @@ describeCluster("cluster faults", () => {
 			// outbox while it sends (faults 1 and 2 aim at the intake itself).
 			const sending = c.send(batch);
 			await eventually(() => c.emailFigures(expectedEmails, batch).delivered, count => count >= 15, "the first emails");
+			// From here the SMTP server holds each message's answer, so that the kill certainly
+			// lands while the notifier has emails on the wire (their rows leased to it).
+			c.smtp.setHold(true);
+			await eventually(() => c.smtp.heldCount(), held => held > 0, "an email to be held mid-send");
 			const exit = await c.role("notifier").kill("SIGKILL");
 			expect(exit.signal).toBe("SIGKILL");
 			const emailsAtKill = c.emailFigures(expectedEmails, batch).delivered;
 			const sentAtKill = c.sentSoFar;
+			// Outbox rows the notifier had claimed and not settled (it is the only one).
+			const leasedAtKill = Number((await c.db("email_outbox").where({ status: "pending" }).whereNotNull("lease_owner").count({ count: "*" }))[0].count);
+			// The server saw the dead client go and abandoned what it held.
+			await eventually(() => c.smtp.abandoned.length, abandoned => abandoned > 0, "the held emails to be abandoned");
+			c.smtp.setHold(false);
+			c.smtp.releaseHeld();
 			const sent = await sending;
 			await c.restart("notifier");
 			await c.waitForEmails(expectedEmails, batch, 150_000);
@@ -200,9 +234,13 @@ describeCluster("cluster faults", () => {
 
 			const emails = c.emailFigures(expectedEmails, batch);
 			const figures = c.deliveryFigures([webhook], batch, sent);
-			printFigures("fault 6: SIGKILL the notifier", { sent, sent_at_kill: sentAtKill, emails, emails_at_kill: emailsAtKill, abandoned_mid_send: c.smtp.abandoned.length, webhooks: figures });
+			printFigures("fault 6: SIGKILL the notifier", { sent, sent_at_kill: sentAtKill, emails, emails_at_kill: emailsAtKill, leased_at_kill: leasedAtKill, abandoned_mid_send: c.smtp.abandoned.length, webhooks: figures });
 			expect(emails).toMatchObject({ expected: expectedEmails.length, lost: 0, unexpected: 0 });
-			expect(figures).toMatchObject({ lost: 0, bad_signatures: 0, split_deliveries: 0 });
+			expect(figures).toMatchObject({ lost: 0, bad_signatures: 0, wrong_payloads: 0, split_deliveries: 0 });
+			// The kill landed while emails were being sent, and the notifier died holding some.
+			expect(emailsAtKill).toBeLessThan(expectedEmails.length);
+			expect(leasedAtKill).toBeGreaterThan(0);
+			expect(c.smtp.abandoned.length).toBeGreaterThan(0);
 		});
 	}, 240_000);
 
@@ -238,6 +276,7 @@ describeCluster("cluster faults", () => {
 			expect(c.deliveredCount([webhook])).toBe(0);
 			const restartedAt = Date.now();
 			await c.restart("dispatcher");
+			const healthyAt = Date.now();
 			await c.waitForDeliveries([webhook], batch, 60_000);
 
 			const retries = c.received(webhook).filter(request => request.answeredStatus === 200);
@@ -257,13 +296,19 @@ describeCluster("cluster faults", () => {
 
 			const figures = c.deliveryFigures([webhook], batch, sent);
 			const lateness = retries.map(retry => retry.receivedAt.getTime() - restartedAt);
+			const afterHealthy = retries.map(retry => retry.receivedAt.getTime() - healthyAt);
 			printFigures("fault 7: retry due while the dispatcher was down", {
 				...figures,
 				first_retry_ms: firstRetryMs,
 				overdue_ms_at_restart: restartedAt - latestDue,
 				retry_after_restart_ms: { min: Math.min(...lateness), max: Math.max(...lateness) },
+				retry_after_healthy_ms: { min: Math.min(...afterHealthy), max: Math.max(...afterHealthy) },
 			});
-			expect(figures).toMatchObject({ sent: batch.length, lost: 0, failed_answers: batch.length, bad_signatures: 0, split_deliveries: 0 });
+			expect(figures).toMatchObject({ sent: batch.length, lost: 0, failed_answers: batch.length, bad_signatures: 0, wrong_payloads: 0, split_deliveries: 0 });
+			// On schedule: an overdue retry goes out as soon as its dispatcher runs again, not at the
+			// schedule's next slot (20 s after the first attempt, 17 s after this one was due).
+			expect(Math.min(...lateness)).toBeGreaterThanOrEqual(0);
+			expect(Math.max(...afterHealthy)).toBeLessThan(20_000 - firstRetryMs);
 		});
 	}, 180_000);
 });

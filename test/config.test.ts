@@ -49,6 +49,8 @@ describe("configuration", () => {
 			WEBHOOK_TEST_TIMEOUT: 5_000,
 			SECRET_ROTATION_GRACE: 24 * 3_600_000,
 			DELIVERY_SENDER_THREADS: 1,
+			WEBHOOK_DISABLE_AFTER: 5 * 24 * 3_600_000,
+			INTAKE_ACK_WAIT: 60_000,
 		});
 		for (const unset of ["DATABASE_URL", "TRANSPORTER", "SMTP_URL", "AUTH_JWKS_URL", "WEBHOOK_CA_FILE"] as const) expect(config[unset]).toBeUndefined();
 	});
@@ -89,6 +91,7 @@ describe("configuration", () => {
 		["WEBHOOK_CA_FILE", __filename],
 		["WEBHOOK_TEST_TIMEOUT", "5"],
 		["DELIVERY_LEASE", "60 seconds"],
+		["INTAKE_ACK_WAIT", "60"],
 		["DELIVERY_SENDER_THREADS", "-1"],
 		["DELIVERY_SENDER_THREADS", "17"],
 		["DELIVERY_SENDER_THREADS", "1.5"],

@@ -20,6 +20,8 @@ import { sleep, waitUntil } from "./helpers/delivery-stack";
 import { postgresBinDir, startPostgresServer, type PostgresServer } from "./helpers/postgres-server";
 
 const EVENTS = 600;
+/** A crash test's own bound: the sum of the bounded waits inside it (start-up, publishing, every delivery). */
+const CRASH_TEST_BOUND_MS = 240_000;
 const CONCURRENCY = 16;
 const CHILD = path.join(__dirname, "helpers", "dispatcher-child.ts");
 
@@ -143,7 +145,7 @@ describe.each(testDatabases())("dispatcher crash on %s", database => {
 
 		second.process.kill("SIGTERM");
 		expect(await second.exited).toBe(0);
-	});
+	}, CRASH_TEST_BOUND_MS);
 });
 
 // The server programs are all this needs (it runs a PostgreSQL of its own); CI has them.
@@ -155,10 +157,21 @@ describeWithPostgresPrograms("PostgreSQL crash under a running dispatcher", () =
 	let dataDir: string;
 	let db: Knex | undefined;
 	let child: Child | undefined;
+	// While set, the receiver's answers wait for it: attempts stay in flight until it opens.
+	let answersHeldUntil: Promise<void> | undefined;
+	let heldAnswers = 0;
 
 	beforeAll(async () => {
 		postgres = await startPostgresServer();
-		receiver = await startHttpsReceiver({ respond: async () => ({ status: 200, delayMs: 20 }) });
+		receiver = await startHttpsReceiver({
+			respond: async () => {
+				if (answersHeldUntil) {
+					heldAnswers += 1;
+					await answersHeldUntil;
+				}
+				return { status: 200, delayMs: 20 };
+			},
+		});
 		dataDir = fs.mkdtempSync(path.join(os.tmpdir(), "swh-pgcrash-"));
 	});
 	afterAll(async () => {
@@ -176,9 +189,19 @@ describeWithPostgresPrograms("PostgreSQL crash under a running dispatcher", () =
 		// Every event is acknowledged only once its delivery is committed (synchronously).
 		const secret = await publishedBy(child, receiver, EVENTS / 4);
 
+		// The crash lands while the dispatcher holds leased deliveries with attempts in flight:
+		// the receiver keeps their answers until PostgreSQL is gone, so their results cannot be
+		// written before it is back.
+		let openAnswers!: () => void;
+		answersHeldUntil = new Promise(resolve => (openAnswers = resolve));
+		await waitUntil(() => heldAnswers, held => held > 0, "an attempt to wait for its answer", 60_000);
 		await postgres.crash();
 		const receivedAtCrash = receiver.requests.length;
+		const inFlightAtCrash = heldAnswers;
+		answersHeldUntil = undefined;
+		openAnswers();
 		await sleep(1_000);
+		const receivedWhileDown = receiver.requests.length - receivedAtCrash;
 		await postgres.start();
 		const restartedAt = Date.now();
 
@@ -195,13 +218,19 @@ describeWithPostgresPrograms("PostgreSQL crash under a running dispatcher", () =
 		}
 		const repeats = receiver.requests.length - EVENTS;
 		console.info(
-			`PostgreSQL crash test: ${receivedAtCrash} requests before the immediate shutdown, ${receiver.requests.length} requests in all for ` +
-				`${EVENTS} deliveries: 0 lost, ${repeats} repeat(s) of ${repeated.size} deliveries`,
+			`PostgreSQL crash test: ${receivedAtCrash} requests before the immediate shutdown (${inFlightAtCrash} of them in flight), ${receivedWhileDown} while it was down, ` +
+				`${receiver.requests.length} requests in all for ${EVENTS} deliveries: 0 lost, ${repeats} repeat(s) of ${repeated.size} deliveries`,
 		);
+		// The crash landed mid-run: deliveries had begun, some were still to make, and attempts
+		// were in flight (the wait above made sure); every one of those was recorded in the end.
+		expect(inFlightAtCrash).toBeGreaterThan(0);
+		const distinctAtCrash = new Set(receiver.requests.slice(0, receivedAtCrash).map(request => String(request.headers["webhook-id"]))).size;
+		expect(distinctAtCrash).toBeGreaterThan(0);
+		expect(distinctAtCrash).toBeLessThan(EVENTS);
 		// A repeat is an attempt whose result the crash took or could not write in time: first sent before PostgreSQL was back.
 		for (const id of repeated) expect(firstSentAt.get(id)!).toBeLessThanOrEqual(restartedAt);
 
 		child.process.kill("SIGTERM");
 		expect(await child.exited).toBe(0);
-	});
+	}, CRASH_TEST_BOUND_MS);
 });

@@ -6,7 +6,8 @@ import crypto from "node:crypto";
 import { ServiceBroker } from "moleculer";
 import { startDeliveryStack, waitUntil, type DeliveryStack } from "./helpers/delivery-stack";
 import { natsEnabled, TEST_NATS_URL } from "./helpers/services";
-import { connectToNats, deadLetter, dropIntakeStreams, intakeMiddlewares, intakeNames, INTAKE_GROUPS, stableEventId } from "../lib/intake-channel";
+import { nanos } from "nats";
+import { connectToNats, deadLetter, dropIntakeStreams, intakeMiddlewares, intakeNames, INTAKE_GROUPS, provisionIntake, stableEventId } from "../lib/intake-channel";
 import { spawn } from "node:child_process";
 import path from "node:path";
 import { parseConfig } from "../lib/config";
@@ -96,7 +97,7 @@ describeWithNats("intake, cluster mode on JetStream", () => {
 		await dropIntakeStreams(TEST_NATS_URL, namespace);
 	});
 
-	it("provisions the stream and a durable consumer per group, starting at the first event", async () => {
+	it("provisions the stream and a durable consumer per group, starting at the first event, with INTAKE_ACK_WAIT", async () => {
 		const nats = await connectToNats(TEST_NATS_URL, "intake-test");
 		try {
 			const manager = await nats.jetstreamManager();
@@ -104,8 +105,13 @@ describeWithNats("intake, cluster mode on JetStream", () => {
 			expect((await manager.streams.info(names.stream)).config.subjects).toEqual([`${namespace}.tasking.order_status`]);
 			for (const group of INTAKE_GROUPS) {
 				const consumer = await manager.consumers.info(names.stream, group);
-				expect(consumer.config).toMatchObject({ durable_name: group, deliver_policy: "all", ack_policy: "explicit", filter_subject: names.subject });
+				expect(consumer.config).toMatchObject({ durable_name: group, deliver_policy: "all", ack_policy: "explicit", filter_subject: names.subject, ack_wait: nanos(60_000) });
 			}
+			// A node started with another INTAKE_ACK_WAIT applies it to the consumers that exist.
+			await provisionIntake(TEST_NATS_URL, parseConfig({ TRANSPORTER: TEST_NATS_URL, NAMESPACE: namespace, INTAKE_ACK_WAIT: "5s" }));
+			for (const group of INTAKE_GROUPS) expect((await manager.consumers.info(names.stream, group)).config.ack_wait).toBe(nanos(5_000));
+			await provisionIntake(TEST_NATS_URL, parseConfig({ TRANSPORTER: TEST_NATS_URL, NAMESPACE: namespace }));
+			for (const group of INTAKE_GROUPS) expect((await manager.consumers.info(names.stream, group)).config.ack_wait).toBe(nanos(60_000));
 		} finally {
 			await nats.close();
 		}
@@ -134,16 +140,34 @@ describeWithNats("intake, cluster mode on JetStream", () => {
 		const nats = await connectToNats(TEST_NATS_URL, "intake-ack-watch");
 		const answers: string[] = [];
 		const watch = nats.subscribe(`$JS.ACK.${intakeNames(namespace).stream}.>`, { callback: (_err, message) => answers.push(new TextDecoder().decode(message.data)) });
+		// The tables the two groups persist into, locked against writes (reads still work), so
+		// that both consumers hold their events unpersisted for as long as the test says.
+		const persistLock = await env.stack.db.transaction();
 		try {
 			await nats.flush();
+			await persistLock.raw("LOCK TABLE delivery_messages, deliveries, email_outbox IN EXCLUSIVE MODE");
 			const events = Array.from({ length: 5 }, () => fulfilledOrder("chan-dan", customerId));
 			for (const event of events) await (producer as unknown as { sendToChannel(channel: string, payload: unknown): Promise<void> }).sendToChannel("tasking.order_status", event);
+			// Both groups are now stuck writing: no acknowledgement may have gone out yet.
+			await eventually("both groups to wait on the locked tables", async () => {
+				const waiting: Array<{ relation: string }> = (
+					await env.stack.db.raw(
+						"SELECT l.relation::regclass::text AS relation FROM pg_locks l WHERE NOT l.granted AND l.relation IN ('delivery_messages'::regclass, 'deliveries'::regclass, 'email_outbox'::regclass)",
+					)
+				).rows;
+				const relations = new Set(waiting.map(row => row.relation.replace(/^.*\./, "")));
+				return relations.has("email_outbox") && (relations.has("delivery_messages") || relations.has("deliveries")) ? true : undefined;
+			});
+			await nats.flush();
+			expect(answers).toEqual([]);
+			await persistLock.commit();
 			await eventually("the deliveries", async () => (env.received(webhook).length === events.length ? true : undefined));
 			await eventually("the emails", async () => ((await outboxFor(env, "chan-dan")).length === events.length ? true : undefined));
 			await eventually("an acknowledgement per event and group", async () => (answers.length >= events.length * INTAKE_GROUPS.length ? true : undefined));
 			await sleep(300);
 			expect(answers).toEqual(Array(events.length * INTAKE_GROUPS.length).fill("+ACK"));
 		} finally {
+			if (!persistLock.isCompleted()) await persistLock.rollback();
 			watch.unsubscribe();
 			await nats.close();
 		}

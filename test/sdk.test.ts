@@ -443,12 +443,15 @@ describe("SDK and 429", () => {
 	let relayed = 0;
 	// Answers the next N requests with 429 and this Retry-After instead of passing them on.
 	let refuse: { count: number; retryAfter: string } = { count: 0, retryAfter: "1" };
+	// When each relayed request arrived (ms), to measure the client's waits.
+	let relayedAt: number[] = [];
 
 	beforeAll(async () => {
 		stack = await startStack({ services: ["api", "topics"], env: { RATE_LIMIT_PER_MINUTE: "3" } });
 		// A loopback proxy in front of the real gateway, like a rate-limiting edge proxy.
 		relay = http.createServer((req, res) => {
 			relayed++;
+			relayedAt.push(performance.now());
 			if (refuse.count > 0) {
 				refuse.count--;
 				res.writeHead(429, { "content-type": "application/problem+json", "retry-after": refuse.retryAfter });
@@ -473,8 +476,12 @@ describe("SDK and 429", () => {
 		const client = new SatelliteWebhooksClient({ baseUrl: relayUrl, token: await stack.token("patient") });
 		refuse = { count: 1, retryAfter: "1" };
 		relayed = 0;
+		relayedAt = [];
 		expect(await client.topics.list()).toHaveLength(2);
 		expect(relayed).toBe(2);
+		// The repeat came no sooner than the second Retry-After asked for (a lower bound on a
+		// deliberate wait: an SDK that repeated at once would fail here).
+		expect(relayedAt[1] - relayedAt[0]).toBeGreaterThanOrEqual(1_000);
 	});
 
 	it("gives up after maxRetries, with a RateLimitError", async () => {

@@ -21,7 +21,7 @@ import { ServiceBroker, type Middleware } from "moleculer";
 import { Middleware as ChannelsMiddleware } from "@moleculer/channels";
 import { connect } from "nats";
 import { mintToken } from "../../lib/auth";
-import { intakeNames } from "../../lib/intake-channel";
+import { intakeDeliverSubject, intakeNames, type IntakeGroup } from "../../lib/intake-channel";
 import { parseConfig } from "../../lib/config";
 import { EMAIL_STATUSES, ORDER_STATUSES, TASKING_ORDER_STATUS_EVENT, type OrderStatus, type TaskingOrderStatusInput } from "../../lib/schemas/events";
 import { startHttpsReceiver, verifyDelivery, type HttpsReceiver, type ReceivedRequest, type Responder, type ScriptedResponse } from "./https-receiver";
@@ -68,6 +68,8 @@ export const FAST_CLUSTER_ENV: Record<string, string> = {
 	MAIL_SEND_TIMEOUT: "5s",
 	MAIL_RETRY_SCHEDULE: "500ms,1s,2s,3s,4s",
 	RATE_LIMIT_PER_MINUTE: "100000",
+	// An event handed to a dispatcher that died comes back to the group after this, not 60 s.
+	INTAKE_ACK_WAIT: "5s",
 };
 
 export interface ClusterOptions {
@@ -190,6 +192,8 @@ export class Cluster {
 	/** A direct connection to the cluster's schema (never through the relay), for assertions. */
 	db!: Knex;
 	private readonly producers: ServiceBroker[] = [];
+	/** Other things to close with the cluster (watching connections). */
+	private readonly closers: Array<() => Promise<unknown>> = [];
 	private readonly scripts = new Map<string, { answers: Array<ScriptedResponse | Responder>; fallback: ScriptedResponse | Responder }>();
 	private webhookCounter = 0;
 	/** Each user's customer, as their tokens said (for events that name only the user). */
@@ -436,6 +440,32 @@ export class Cluster {
 		}
 	}
 
+	/**
+	 * Watches JetStream hand the intake to one consumer group, from the side: a plain subscriber
+	 * to the group's deliver subject gets a copy of every push (it never answers, so the group
+	 * is not disturbed). The reply subject of each push says how many times that event has been
+	 * delivered to the group; `redelivered()` counts the events handed out more than once, which
+	 * happens when an instance took an event and never acknowledged it.
+	 */
+	async watchIntake(group: IntakeGroup): Promise<{ redelivered(): number }> {
+		const connection = await connect({ servers: `127.0.0.1:${this.nats.port}`, name: `watch-${group}` });
+		this.closers.push(() => connection.close());
+		const deliveries = new Map<string, number>();
+		connection.subscribe(intakeDeliverSubject(intakeNames(this.namespace), group), {
+			callback: (_err, message) => {
+				// $JS.ACK.<stream>.<consumer>.<delivered>.<stream seq>.… (or, from newer servers,
+				// with a domain and an account hash after ACK).
+				const tokens = (message.reply ?? "").split(".");
+				const at = tokens.length >= 11 ? 6 : 4;
+				const delivered = Number(tokens[at]);
+				const sequence = tokens[at + 1];
+				if (sequence !== undefined && Number.isFinite(delivered)) deliveries.set(sequence, Math.max(delivered, deliveries.get(sequence) ?? 0));
+			},
+		});
+		await connection.flush();
+		return { redelivered: () => [...deliveries.values()].filter(count => count > 1).length };
+	}
+
 	/** Requests that reached one webhook's path. */
 	received(webhook: ClusterWebhook): ReceivedRequest[] {
 		return this.receiver.requests.filter(request => pathOf(request) === webhook.path);
@@ -574,6 +604,7 @@ export class Cluster {
 		};
 		await Promise.all([...this.roles.values()].map(role => step(`killing ${role.name}`, () => role.kill("SIGKILL"))));
 		for (const producer of this.producers) await step("stopping a producer", () => withBound(producer.stop(), 10_000));
+		for (const closer of this.closers) await step("closing a watch", closer);
 		await step("closing the relay", () => this.relay?.close());
 		await step("stopping NATS", () => this.nats?.close());
 		await step("closing the receiver", () => this.receiver?.close());

@@ -159,9 +159,9 @@ export function useTwoDispatchers(database: DatabaseKind, env: Record<string, st
 	return instances;
 }
 
-/** Delivery attempts this broker's dispatcher made, from its metrics. */
-export async function attemptsMadeBy(broker: ServiceBroker): Promise<number> {
+/** Delivery attempts this broker's dispatcher made, from its metrics; only those with `result` if given. */
+export async function attemptsMadeBy(broker: ServiceBroker, result?: "succeeded" | "failed"): Promise<number> {
 	const metric = metricsOf(broker).getSingleMetric("webhook_delivery_attempts_total");
 	const { values } = await metric!.get();
-	return values.reduce((sum, value) => sum + value.value, 0);
+	return values.filter(value => result === undefined || value.labels.result === result).reduce((sum, value) => sum + value.value, 0);
 }

@@ -93,6 +93,11 @@ export class RoleProcess {
 			.reduce((sum, line) => sum + Number(line.slice(line.lastIndexOf(" ") + 1)), 0);
 	}
 
+	/** Freezes the process (SIGSTOP), as a stalled machine would: it holds what it has and does nothing. */
+	freeze(): void {
+		if (this.running) this.child!.kill("SIGSTOP");
+	}
+
 	/** Sends a signal and waits for the process to end. */
 	async kill(signal: NodeJS.Signals = "SIGKILL"): Promise<RoleExit> {
 		if (this.running) this.child!.kill(signal);
