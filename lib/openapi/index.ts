@@ -47,8 +47,17 @@ export function buildOpenApiDocument(options: OpenApiOptions): JsonSchema {
 			{ name: "Email", description: "Links in notification emails (no bearer token: the link's signed token)" },
 		],
 		paths,
-		// What this service sends to customers' URLs (OpenAPI 3.1 webhooks), for the operational topic.
+		// What this service sends to customers' URLs (OpenAPI 3.1 webhooks), one entry per topic.
 		webhooks: {
+			"tasking:order_status": {
+				post: {
+					summary: "A tasking order of the customer changed status",
+					description: "Sent to each active webhook of the customer subscribed to `tasking:order_status`, signed and retried (Standard Webhooks headers).",
+					requestBody: { required: true, content: { "application/json": { schema: { $ref: SCHEMA_REF("OrderStatusMessage") } } } },
+					responses: { "200": { description: "Delivered; any other answer is a failed attempt and is retried" } },
+					security: [],
+				},
+			},
 			"webhook:disabled": {
 				post: {
 					summary: "One of the customer's webhooks was disabled (reason user, gone or failing)",
