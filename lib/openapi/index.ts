@@ -19,6 +19,19 @@ export interface OpenApiOptions {
 	serverUrl?: string;
 }
 
+/** An OpenAPI 3.1 `webhooks` entry: what the service POSTs to subscribers of `topic`. */
+function deliveredMessage(topic: string, summary: string, bodySchema: string): JsonSchema {
+	return {
+		post: {
+			summary,
+			description: `Sent to each active webhook of the customer subscribed to \`${topic}\`, signed and retried like every delivery (Standard Webhooks headers).`,
+			requestBody: { required: true, content: { "application/json": { schema: { $ref: SCHEMA_REF(bodySchema) } } } },
+			responses: { "200": { description: "Delivered; any other answer is a failed attempt and is retried" } },
+			security: [],
+		},
+	};
+}
+
 /** Builds the whole document. Cheap enough to run once per gateway start. */
 export function buildOpenApiDocument(options: OpenApiOptions): JsonSchema {
 	const paths: Record<string, Record<string, JsonSchema>> = {};
@@ -49,24 +62,8 @@ export function buildOpenApiDocument(options: OpenApiOptions): JsonSchema {
 		paths,
 		// What this service sends to customers' URLs (OpenAPI 3.1 webhooks), one entry per topic.
 		webhooks: {
-			"tasking:order_status": {
-				post: {
-					summary: "A tasking order of the customer changed status",
-					description: "Sent to each active webhook of the customer subscribed to `tasking:order_status`, signed and retried (Standard Webhooks headers).",
-					requestBody: { required: true, content: { "application/json": { schema: { $ref: SCHEMA_REF("OrderStatusMessage") } } } },
-					responses: { "200": { description: "Delivered; any other answer is a failed attempt and is retried" } },
-					security: [],
-				},
-			},
-			"webhook:disabled": {
-				post: {
-					summary: "One of the customer's webhooks was disabled (reason user, gone or failing)",
-					description: "Sent to each active webhook of the customer subscribed to `webhook:disabled`, signed and retried like every delivery (Standard Webhooks headers).",
-					requestBody: { required: true, content: { "application/json": { schema: { $ref: SCHEMA_REF("WebhookDisabledMessage") } } } },
-					responses: { "200": { description: "Delivered; any other answer is a failed attempt and is retried" } },
-					security: [],
-				},
-			},
+			"tasking:order_status": deliveredMessage("tasking:order_status", "A tasking order of the customer changed status", "OrderStatusMessage"),
+			"webhook:disabled": deliveredMessage("webhook:disabled", "One of the customer's webhooks was disabled (reason user, gone or failing)", "WebhookDisabledMessage"),
 		},
 		components: {
 			securitySchemes: { bearerAuth: { type: "http", scheme: "bearer", bearerFormat: "JWT" } },
