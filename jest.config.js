@@ -2,6 +2,8 @@
 module.exports = {
 	testEnvironment: "node",
 	roots: ["<rootDir>/test"],
+	// dist/ (npm run build) holds a copy of package.json: not a second package to map.
+	modulePathIgnorePatterns: ["<rootDir>/dist/"],
 	testMatch: ["**/*.test.ts"],
 	transform: {
 		// Type checking is `npm run typecheck`'s job; transpile-only keeps the suite fast.

@@ -8,8 +8,9 @@ import path from "node:path";
 import type { IncomingMessage, ServerResponse } from "node:http";
 import serveStatic from "serve-static";
 import type { AppConfig } from "./config";
+import { PROJECT_ROOT } from "./project-root";
 
-export const WEB_DIST_DIR = path.join(__dirname, "..", "web", "dist");
+export const WEB_DIST_DIR = path.join(PROJECT_ROOT, "web", "dist");
 const ASSETS_PREFIX = "/assets/";
 const YEAR_SECONDS = 365 * 24 * 3600;
 

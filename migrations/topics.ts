@@ -21,4 +21,18 @@ export const topicsMigrations: Migration[] = [
 			await db.schema.dropTable("topics");
 		},
 	},
+	{
+		name: "002_topic_data_schema",
+		async up(db) {
+			// JSON Schema (as JSON text) of the `data` of the topic's deliveries; null: not described.
+			await db.schema.alterTable("topics", table => {
+				table.text("data_schema").nullable();
+			});
+		},
+		async down(db) {
+			await db.schema.alterTable("topics", table => {
+				table.dropColumn("data_schema");
+			});
+		},
+	},
 ];

@@ -1,11 +1,12 @@
 // topics: owns the event-topic catalogue (table `topics`). Seeded with tasking:order_status and
-// the operational webhook:disabled (webhooks only, no email);
-// other services may register more. Webhooks and users read it through `topics.list`.
+// the operational webhook:disabled (webhooks only, no email), each with the JSON Schema of its
+// deliveries' data (generated from lib/schemas at every start, so it follows the code); other
+// services may register more. Webhooks and users read it through `topics.list`.
 import type { Context, ServiceSchema, ServiceSettingSchema } from "moleculer";
 import { DbMixin, nowIso, type DbServiceThis } from "../mixins/db.mixin";
 import { zodParams } from "../mixins/validation";
 import { topicsMigrations } from "../migrations/topics";
-import { TASKING_ORDER_STATUS, WEBHOOK_DISABLED, TopicRegistration, type CatalogueTopic, type WebhookTopic } from "../lib/schemas/topics";
+import { TASKING_ORDER_STATUS, UNDESCRIBED_DATA, WEBHOOK_DISABLED, TopicRegistration, type CatalogueTopic, type WebhookTopic } from "../lib/schemas/topics";
 
 interface TopicRow {
 	topic: string;
@@ -14,6 +15,7 @@ interface TopicRow {
 	description: string;
 	email_capable: boolean | number;
 	webhook_capable: boolean | number;
+	data_schema: string | null;
 }
 
 type TopicsThis = DbServiceThis & {
@@ -38,11 +40,11 @@ const TopicsService: ServiceSchema<ServiceSettingSchema, TopicsThis> = {
 			},
 		},
 
-		/** GET /webhooks/events: the topics a webhook may subscribe to. */
+		/** GET /webhooks/events: the topics a webhook may subscribe to, with the schema of their data. */
 		webhookTopics: {
 			async handler(this: TopicsThis): Promise<WebhookTopic[]> {
 				const catalogue = this.catalogue ?? (await this.loadCatalogue());
-				return catalogue.filter(entry => entry.webhooks).map(({ topic, name, description }) => ({ topic, name, description }));
+				return catalogue.filter(entry => entry.webhooks).map(({ topic, name, description, schema }) => ({ topic, name, description, schema }));
 			},
 		},
 
@@ -75,6 +77,7 @@ const TopicsService: ServiceSchema<ServiceSettingSchema, TopicsThis> = {
 				description: row.description,
 				email: Boolean(row.email_capable),
 				webhooks: Boolean(row.webhook_capable),
+				schema: row.data_schema === null ? UNDESCRIBED_DATA : (JSON.parse(row.data_schema) as CatalogueTopic["schema"]),
 			}));
 			return this.catalogue;
 		},
@@ -89,11 +92,12 @@ const TopicsService: ServiceSchema<ServiceSettingSchema, TopicsThis> = {
 					description: registration.description,
 					email_capable: registration.email,
 					webhook_capable: registration.webhooks,
+					data_schema: registration.schema === undefined ? null : JSON.stringify(registration.schema),
 					created_at: now,
 					updated_at: now,
 				})
 				.onConflict("topic")
-				.merge(["category", "name", "description", "email_capable", "webhook_capable", "updated_at"]);
+				.merge(["category", "name", "description", "email_capable", "webhook_capable", "data_schema", "updated_at"]);
 		},
 	},
 

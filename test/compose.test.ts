@@ -149,10 +149,25 @@ describe("Dockerfile", () => {
 		.map(line => line.trim())
 		.filter(line => line && !line.startsWith("#"));
 
-	it("builds on Node 20, installs with npm ci and runs the server process itself (not npm, which keeps SIGTERM from it)", () => {
-		expect(instructions[0]).toMatch(/^FROM node:20\b/);
+	const stages = instructions.join("\n").split(/^(?=FROM )/m);
+	const final = stages[stages.length - 1];
+
+	it("builds every stage on the current Node LTS (24), installs with npm ci and runs the compiled server itself (not npm, which keeps SIGTERM from it)", () => {
+		const bases = instructions.filter(line => line.startsWith("FROM "));
+		expect(bases.length).toBeGreaterThanOrEqual(2);
+		for (const base of bases) expect(base).toMatch(/^FROM node:24\b/);
 		expect(instructions).toContainEqual(expect.stringMatching(/^RUN npm ci\b/));
-		expect(instructions[instructions.length - 1]).toBe('CMD ["node", "--import", "tsx", "server.ts"]');
+		expect(instructions[instructions.length - 1]).toBe('CMD ["node", "dist/server.js"]');
+	});
+
+	it("compiles with `npm run build` in the build stage, and ships only dist/ and the built web app with production dependencies", () => {
+		expect(stages[0]).toMatch(/^RUN npm run build\b/m);
+		expect(final).toMatch(/^RUN npm ci --omit=dev$/m);
+		expect(final).toMatch(/^COPY --from=build \/build\/dist \.\/dist$/m);
+		expect(final).toMatch(/^COPY --from=build \/build\/web\/dist \.\/web\/dist$/m);
+		// No TypeScript source reaches the final image: only package files and the prepare script.
+		const copied = [...final.matchAll(/^COPY (?!--from)(.+) \S+$/gm)].flatMap(match => match[1].split(" "));
+		expect(copied.sort()).toEqual([".npmrc", "package-lock.json", "package.json", "scripts/build-web.ts", "sdk/package.json"]);
 	});
 
 	it("listens on every interface of the container, whatever NODE_ENV a `docker run -e` gives it", () => {

@@ -10,6 +10,7 @@ import net from "node:net";
 import os from "node:os";
 import path from "node:path";
 import { freePort } from "./helpers/net";
+import { ensureBuilt } from "./helpers/compiled-build";
 import { startNatsServer, type NatsServer } from "./helpers/nats-server";
 import { natsEnabled, TEST_DATABASE_URL, TEST_NATS_URL } from "./helpers/services";
 import { dropIntakeStreams } from "../lib/intake-channel";
@@ -133,6 +134,8 @@ describe("the server process", () => {
 	});
 
 	it("runs the image's command directly, so SIGTERM as `docker stop` sends it drains the broker and exits 0", async () => {
+		// The command runs the compiled server (dist/), as the image does.
+		ensureBuilt();
 		const dockerfile = fs.readFileSync(path.join(ROOT, "Dockerfile"), "utf8");
 		const cmd = JSON.parse(/^CMD (\[.*\])\s*$/m.exec(dockerfile)![1]) as string[];
 		expect(cmd[0]).toBe("node");

@@ -1,6 +1,7 @@
 // The gateway's own behaviour: authentication, problem details, trailing slashes, body rules.
 import { SignJWT, UnsecuredJWT } from "jose";
 import { expectProblem, startStack, type Stack } from "./helpers/stack";
+import { eventDataJsonSchema } from "../lib/schemas/event-payloads";
 
 describe("gateway", () => {
 	let stack: Stack;
@@ -17,8 +18,8 @@ describe("gateway", () => {
 			const response = await stack.request("GET", path, { token });
 			expect(response.status).toBe(200);
 			expect(response.body).toEqual([
-				{ topic: "tasking:order_status", name: "Tasking order status updates", description: "Notifications for all tasking order updates" },
-				{ topic: "webhook:disabled", name: "Webhook disabled", description: expect.stringContaining("410 Gone") },
+				{ topic: "tasking:order_status", name: "Tasking order status updates", description: "Notifications for all tasking order updates", schema: eventDataJsonSchema("tasking:order_status") },
+				{ topic: "webhook:disabled", name: "Webhook disabled", description: expect.stringContaining("410 Gone"), schema: eventDataJsonSchema("webhook:disabled") },
 			]);
 		}
 	});

@@ -12,6 +12,7 @@ import {
 	ApiError,
 	AuthenticationError,
 	ConflictError,
+	EVENT_DATA_SCHEMAS,
 	ForbiddenError,
 	NotFoundError,
 	PreconditionFailedError,
@@ -27,18 +28,19 @@ import { startStack, type Stack } from "./helpers/stack";
 import { sleep, startDeliveryStack, waitUntil, type CreatedWebhook, type DeliveryStack, type OrderEvent } from "./helpers/delivery-stack";
 import type { ReceivedRequest } from "./helpers/https-receiver";
 import { freePort } from "./helpers/net";
-import { generateTypes, TARGET as GENERATED_TYPES } from "../sdk/scripts/generate-types";
+import { generateEventSchemas, generateTypes, SCHEMAS_TARGET as GENERATED_SCHEMAS, TARGET as GENERATED_TYPES } from "../sdk/scripts/generate-types";
 import type { ServiceSchema } from "moleculer";
 import DispatcherService from "../services/dispatcher.service";
 
 const ROOT = path.resolve(__dirname, "..");
 
 describe("the SDK package", () => {
-	it("has its types generated from the current schemas (run `npm run generate -w @satellite-webhooks/sdk` if not)", () => {
+	it("has its types and event schemas generated from the current schemas (run `npm run generate -w @satellite-webhooks/sdk` if not)", () => {
 		expect(fs.readFileSync(GENERATED_TYPES, "utf8")).toBe(generateTypes());
+		expect(fs.readFileSync(GENERATED_SCHEMAS, "utf8")).toBe(generateEventSchemas());
 	});
 
-	it("builds into a self-contained dist/: nothing imported from the service, only standardwebhooks at run time", async () => {
+	it("builds into a self-contained dist/: nothing imported from the service, only its declared dependencies at run time", async () => {
 		// Inside the repository, so that the build finds standardwebhooks as a customer's install would.
 		const outDir = fs.mkdtempSync(path.join(ROOT, "sdk", ".dist-check-"));
 		try {
@@ -48,11 +50,27 @@ describe("the SDK package", () => {
 			tsc.stderr.on("data", chunk => (output += chunk));
 			expect({ code: await new Promise(resolve => tsc.on("exit", resolve)), output }).toEqual({ code: 0, output: "" });
 			const files = fs.readdirSync(outDir).filter(name => /\.(js|d\.ts)$/.test(name));
-			expect(files.sort()).toEqual(["api-types.d.ts", "api-types.js", "client.d.ts", "client.js", "errors.d.ts", "errors.js", "index.d.ts", "index.js", "verify.d.ts", "verify.js"]);
+			expect(files.sort()).toEqual([
+				"api-types.d.ts",
+				"api-types.js",
+				"client.d.ts",
+				"client.js",
+				"errors.d.ts",
+				"errors.js",
+				"event-schemas.d.ts",
+				"event-schemas.js",
+				"index.d.ts",
+				"index.js",
+				"verify.d.ts",
+				"verify.js",
+			]);
+			const declared = Object.keys(JSON.parse(fs.readFileSync(path.join(ROOT, "sdk", "package.json"), "utf8")).dependencies);
+			expect(declared.sort()).toEqual(["ajv", "ajv-formats", "standardwebhooks"]);
 			for (const file of files) {
 				const text = fs.readFileSync(path.join(outDir, file), "utf8");
 				const imported = [...text.matchAll(/(?:require\(|from )"([^"]+)"/g)].map(match => match[1]);
-				expect({ file, outside: imported.filter(name => !name.startsWith("./") && name !== "standardwebhooks") }).toEqual({ file, outside: [] });
+				const outside = imported.filter(name => !name.startsWith("./") && !declared.some(dependency => name === dependency || name.startsWith(`${dependency}/`)));
+				expect({ file, outside }).toEqual({ file, outside: [] });
 			}
 			const built = await import(path.join(outDir, "index.js"));
 			expect(typeof built.SatelliteWebhooksClient).toBe("function");
@@ -61,6 +79,7 @@ describe("the SDK package", () => {
 			const now = new Date();
 			const headers = { "webhook-id": "msg_1", "webhook-timestamp": String(Math.floor(now.getTime() / 1000)), "webhook-signature": new Webhook(secret).sign("msg_1", now, body) };
 			expect(built.verifyWebhook(body, headers, secret).type).toBe("webhook:test");
+			expect(built.verifyWebhook(body, headers, secret, { validate: true }).data.webhook_name).toBe("n");
 		} finally {
 			fs.rmSync(outDir, { recursive: true, force: true });
 		}
@@ -92,8 +111,8 @@ describe("SDK against the real gateway", () => {
 
 	it("topics.list: the catalogue", async () => {
 		expect(await client.topics.list()).toEqual([
-			{ topic: "tasking:order_status", name: "Tasking order status updates", description: expect.any(String) },
-			{ topic: "webhook:disabled", name: "Webhook disabled", description: expect.any(String) },
+			{ topic: "tasking:order_status", name: "Tasking order status updates", description: expect.any(String), schema: EVENT_DATA_SCHEMAS["tasking:order_status"] },
+			{ topic: "webhook:disabled", name: "Webhook disabled", description: expect.any(String), schema: EVENT_DATA_SCHEMAS["webhook:disabled"] },
 		]);
 	});
 

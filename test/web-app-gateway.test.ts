@@ -122,27 +122,27 @@ describe("Docker image of the web application (checked without a Docker engine)"
 		.split(/^FROM /m)
 		.slice(1)
 		.map(stage => stage.split("\n").map(line => line.trim()).filter(line => line && !line.startsWith("#")));
-	const [webStage, finalStage] = stages;
+	const [buildStage, finalStage] = stages;
 
 	it("builds the app in a stage of its own, with the dev dependencies", () => {
 		expect(stages).toHaveLength(2);
-		expect(webStage[0]).toMatch(/^node:20\S* AS web$/);
-		expect(webStage).toContainEqual(expect.stringMatching(/^RUN npm ci\b(?!.*--omit=dev)/));
-		expect(webStage[webStage.length - 1]).toBe("RUN npx tsx scripts/build-web.ts");
+		expect(buildStage[0]).toMatch(/^node:24\S* AS build$/);
+		expect(buildStage).toContainEqual(expect.stringMatching(/^RUN npm ci\b(?!.*--omit=dev)/));
+		expect(buildStage[buildStage.length - 1]).toMatch(/^RUN .*\bnpx tsx scripts\/build-web\.ts$/);
+		expect(buildStage).toContain("COPY web ./web");
 		// Everything the stage copies exists in the repository.
-		for (const line of webStage.filter(instruction => instruction.startsWith("COPY "))) {
+		for (const line of buildStage.filter(instruction => instruction.startsWith("COPY "))) {
 			const sources = line.split(/\s+/).slice(1, -1);
 			for (const source of sources) expect(fs.existsSync(path.join(root, source))).toBe(true);
 		}
 	});
 
-	it("installs production dependencies only, and copies the built app from the web stage", () => {
+	it("installs production dependencies only, and copies the built app from the build stage", () => {
 		const install = finalStage.findIndex(line => line.startsWith("RUN npm ci"));
 		expect(finalStage[install]).toMatch(/--omit=dev/);
 		// npm ci runs the prepare script: its file must be there before the install (it then skips, finding no Vite).
 		expect(finalStage.slice(0, install)).toContain("COPY scripts/build-web.ts ./scripts/");
-		const copyApp = finalStage.indexOf("COPY . .");
-		expect(finalStage.indexOf("COPY --from=web /build/web/dist ./web/dist")).toBeGreaterThan(copyApp);
+		expect(finalStage.indexOf("COPY --from=build /build/web/dist ./web/dist")).toBeGreaterThan(install);
 		// Vite, Preact and oidc-client-ts are bundled at build time: none is a production dependency.
 		const manifest = JSON.parse(fs.readFileSync(path.join(root, "package.json"), "utf8"));
 		for (const buildOnly of ["vite", "preact", "oidc-client-ts", "@preact/preset-vite"]) {

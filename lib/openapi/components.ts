@@ -4,11 +4,11 @@ import { z } from "zod";
 import { PageContext, PageLink } from "../schemas/common";
 import { WebhookTopic } from "../schemas/topics";
 import { WebhookDisabledMessage, WebhookPage, WebhookView, WebhookWithSecret } from "../schemas/webhooks";
-import { Delivery, DeliveryWithAttempts, RecoverResult } from "../schemas/deliveries";
+import { Delivery, DeliveryWithAttempts, OrderStatusMessage, RecoverResult } from "../schemas/deliveries";
 import { WebhookStats } from "../schemas/delivery-stats";
 import { UserDetails } from "../schemas/users";
 import { PublishedEvents } from "../schemas/events";
-import { type JsonSchema, SCHEMA_REF, withoutMetaKeys } from "./json-schema";
+import { type JsonSchema, openForAdditions, SCHEMA_REF, withoutMetaKeys } from "./json-schema";
 
 // Response shapes that only the document needs: their TypeScript twins are interfaces in other modules.
 
@@ -48,6 +48,7 @@ const COMPONENTS: Record<string, z.ZodType> = {
 	WebhookStats,
 	RecoverResult,
 	UserDetails,
+	OrderStatusMessage,
 	WebhookDisabledMessage,
 	PublishedEvents,
 };
@@ -68,14 +69,6 @@ const ERROR_DESCRIPTIONS: Record<ErrorStatus, string> = {
 	429: "Rate limit hit (per principal, or per client address before authentication): wait for Retry-After seconds",
 	503: "A dependency (database, broker) is down; nothing is half-written, and the detail says whether a change may have been applied",
 };
-
-/** Responses tolerate additions: a client should ignore fields it does not know. */
-function openForAdditions(value: unknown): unknown {
-	if (Array.isArray(value)) return value.map(openForAdditions);
-	if (!value || typeof value !== "object") return value;
-	const entries = Object.entries(value).filter(([key, child]) => !(key === "additionalProperties" && child === false));
-	return Object.fromEntries(entries.map(([key, child]) => [key, openForAdditions(child)]));
-}
 
 export function componentSchemas(): Record<string, JsonSchema> {
 	const registry = z.registry<{ id: string }>();

@@ -19,6 +19,19 @@ export interface OpenApiOptions {
 	serverUrl?: string;
 }
 
+/** An OpenAPI 3.1 `webhooks` entry: what the service POSTs to subscribers of `topic`. */
+function deliveredMessage(topic: string, summary: string, bodySchema: string): JsonSchema {
+	return {
+		post: {
+			summary,
+			description: `Sent to each active webhook of the customer subscribed to \`${topic}\`, signed and retried like every delivery (Standard Webhooks headers).`,
+			requestBody: { required: true, content: { "application/json": { schema: { $ref: SCHEMA_REF(bodySchema) } } } },
+			responses: { "200": { description: "Delivered; any other answer is a failed attempt and is retried" } },
+			security: [],
+		},
+	};
+}
+
 /** Builds the whole document. Cheap enough to run once per gateway start. */
 export function buildOpenApiDocument(options: OpenApiOptions): JsonSchema {
 	const paths: Record<string, Record<string, JsonSchema>> = {};
@@ -48,17 +61,10 @@ export function buildOpenApiDocument(options: OpenApiOptions): JsonSchema {
 			{ name: "Events", description: "Order status events from producers outside the broker (scope events:publish)" },
 		],
 		paths,
-		// What this service sends to customers' URLs (OpenAPI 3.1 webhooks), for the operational topic.
+		// What this service sends to customers' URLs (OpenAPI 3.1 webhooks), one entry per topic.
 		webhooks: {
-			"webhook:disabled": {
-				post: {
-					summary: "One of the customer's webhooks was disabled (reason user, gone or failing)",
-					description: "Sent to each active webhook of the customer subscribed to `webhook:disabled`, signed and retried like every delivery (Standard Webhooks headers).",
-					requestBody: { required: true, content: { "application/json": { schema: { $ref: SCHEMA_REF("WebhookDisabledMessage") } } } },
-					responses: { "200": { description: "Delivered; any other answer is a failed attempt and is retried" } },
-					security: [],
-				},
-			},
+			"tasking:order_status": deliveredMessage("tasking:order_status", "A tasking order of the customer changed status", "OrderStatusMessage"),
+			"webhook:disabled": deliveredMessage("webhook:disabled", "One of the customer's webhooks was disabled (reason user, gone or failing)", "WebhookDisabledMessage"),
 		},
 		components: {
 			securitySchemes: { bearerAuth: { type: "http", scheme: "bearer", bearerFormat: "JWT" } },

@@ -64,8 +64,10 @@ export const OPERATIONS: Operation[] = [
 		action: "topics.webhookTopics",
 		tag: "Webhooks",
 		summary: "List the event topics a webhook can subscribe to",
-		description: "Besides the business topics, the operational topic `webhook:disabled` tells a customer that one of their webhooks was disabled (see `webhooks` in this document).",
-		success: { status: 200, description: "The topics", schema: { arrayOf: "EventTopic" } },
+		description:
+			"Besides the business topics, the operational topic `webhook:disabled` tells a customer that one of their webhooks was disabled (see `webhooks` in this document). " +
+			"Each topic carries `schema`, the JSON Schema (draft 2020-12) of the `data` of its deliveries, from which a receiver can generate types or validate what it receives.",
+		success: { status: 200, description: "The topics, each with the schema of its deliveries' data", schema: { arrayOf: "EventTopic" } },
 		errors: COMMON,
 	},
 	{

@@ -89,13 +89,14 @@ export const OrderStatusMessage = z.object({
 	timestamp: z.string(),
 	data: z
 		.object({
-			order_id: z.string(),
-			status: OrderStatus,
-			previous_status: OrderStatus.nullable(),
-			user_id: z.string(),
-			order_name: z.string().nullable(),
+			order_id: z.string().describe("The tasking order"),
+			status: OrderStatus.describe("The order's new status"),
+			previous_status: OrderStatus.nullable().describe("Its status before, when the producer said"),
+			user_id: z.string().describe("The order's owner"),
+			order_name: z.string().nullable().describe("The order's name, when it has one"),
 		})
-		.catchall(z.unknown()),
+		.catchall(z.unknown())
+		.describe("A tasking order changed status. Keys of the event's `details` sit beside these ones; the ones above always win."),
 });
 export type OrderStatusMessage = z.infer<typeof OrderStatusMessage>;
 
@@ -103,7 +104,9 @@ export type OrderStatusMessage = z.infer<typeof OrderStatusMessage>;
 export const WebhookTestMessage = z.object({
 	type: z.literal("webhook:test"),
 	timestamp: z.string(),
-	data: z.object({ webhook_id: z.string(), webhook_name: z.string(), message: z.string() }),
+	data: z
+		.object({ webhook_id: z.string(), webhook_name: z.string(), message: z.string() })
+		.describe("A test sent by POST /webhooks/{id}/test: nothing happened"),
 });
 export type WebhookTestMessage = z.infer<typeof WebhookTestMessage>;
 

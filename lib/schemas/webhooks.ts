@@ -205,13 +205,15 @@ export type WebhookRotatedEvent = WebhookRemovedEvent;
 export const WebhookDisabledMessage = z.object({
 	type: z.literal("webhook:disabled"),
 	timestamp: z.string().describe("When the webhook was disabled"),
-	data: z.object({
-		webhook_id: z.uuid(),
-		name: z.string(),
-		url: z.string(),
-		reason: DisabledReason,
-		disabled_at: z.string(),
-	}),
+	data: z
+		.object({
+			webhook_id: z.uuid().describe("The webhook that was disabled"),
+			name: z.string(),
+			url: z.string(),
+			reason: DisabledReason.describe("user (switched off), gone (its URL answered 410) or failing (every attempt failed for WEBHOOK_DISABLE_AFTER)"),
+			disabled_at: z.string(),
+		})
+		.describe("One of the customer's webhooks was disabled"),
 });
 export type WebhookDisabledMessage = z.infer<typeof WebhookDisabledMessage>;
 

@@ -46,6 +46,7 @@ export type EventTopic = {
 	topic: string;
 	name: string;
 	description: string;
+	schema: Record<string, unknown>;
 };
 
 export type FieldProblem = {
@@ -67,6 +68,16 @@ export type NotificationsInput = {
 		email: boolean;
 	}[];
 }[];
+
+/** The `data` of a `tasking:order_status` delivery: the core keys, and the event's `details` beside them. */
+export type OrderStatusData = {
+	[x: string]: unknown;
+	order_id: string;
+	status: "failed" | "cancelled" | "committed" | "staged" | "in progress" | "fulfilled" | "rejected" | "expired";
+	previous_status: "failed" | "cancelled" | "committed" | "staged" | "in progress" | "fulfilled" | "rejected" | "expired" | null;
+	user_id: string;
+	order_name: string | null;
+};
 
 export type OrderStatusEvent = {
 	type: "tasking:order_status";
@@ -168,6 +179,15 @@ export type Webhook = {
 	updated_at: string;
 };
 
+/** The `data` of a `webhook:disabled` delivery. */
+export type WebhookDisabledData = {
+	webhook_id: string;
+	name: string;
+	url: string;
+	reason: "user" | "gone" | "failing";
+	disabled_at: string;
+};
+
 export type WebhookDisabledEvent = {
 	type: "webhook:disabled";
 	timestamp: string;
@@ -182,6 +202,9 @@ export type WebhookDisabledEvent = {
 
 /** A verified delivery's body, discriminated by `type`. */
 export type WebhookEvent = OrderStatusEvent | WebhookDisabledEvent | WebhookTestEvent;
+
+/** The types of delivery the service describes (the catalogue's topics and `webhook:test`). */
+export type WebhookEventType = "tasking:order_status" | "webhook:disabled" | "webhook:test";
 
 /** GET /webhooks/{id}/stats: deliveries and attempts per hour. */
 export type WebhookStats = {
@@ -206,6 +229,13 @@ export type WebhookStats = {
 		attempts_succeeded: number;
 		attempts_failed: number;
 	};
+};
+
+/** The `data` of a `webhook:test` delivery. */
+export type WebhookTestData = {
+	webhook_id: string;
+	webhook_name: string;
+	message: string;
 };
 
 export type WebhookTestEvent = {

@@ -86,3 +86,18 @@ export class WebhookVerificationError extends Error {
 		this.name = "WebhookVerificationError";
 	}
 }
+
+/**
+ * A genuine delivery (its signature checked) whose body fails the checks verifyWebhook was asked
+ * for: an unexpected or unknown type, or `data` that does not match its type's schema.
+ */
+export class WebhookPayloadError extends WebhookVerificationError {
+	/** One entry per problem: a JSON Pointer into the body (e.g. `/data/status`) and what is wrong. */
+	readonly problems: Array<{ path: string; message: string }>;
+
+	constructor(message: string, problems: Array<{ path: string; message: string }>) {
+		super(message);
+		this.name = "WebhookPayloadError";
+		this.problems = problems;
+	}
+}

@@ -63,3 +63,12 @@ export type WebhookEvent = OrderStatusMessage | WebhookTestMessage | WebhookDisa
 export type OrderStatusEvent = OrderStatusMessage;
 export type WebhookTestEvent = WebhookTestMessage;
 export type WebhookDisabledEvent = WebhookDisabledMessage;
+/** The types of delivery the service describes (the catalogue's topics and `webhook:test`). */
+export type WebhookEventType = WebhookEvent["type"];
+
+/** The `data` of a `tasking:order_status` delivery: the core keys, and the event's `details` beside them. */
+export type OrderStatusData = OrderStatusMessage["data"];
+/** The `data` of a `webhook:disabled` delivery. */
+export type WebhookDisabledData = WebhookDisabledMessage["data"];
+/** The `data` of a `webhook:test` delivery. */
+export type WebhookTestData = WebhookTestMessage["data"];
