@@ -12,6 +12,7 @@ import knex, { type Knex } from "knex";
 import { SignJWT, type JWTPayload } from "jose";
 import { expectProblem, rejectionCheck, snapshotTables, startStack, type RequestOptions, type Stack, type TestResponse } from "./helpers/stack";
 import { testDatabases, TEST_DATABASE_URL } from "./helpers/services";
+import { rawExchange } from "./helpers/raw-http";
 import { deriveUnsubscribeKey, signUnsubscribeToken } from "../lib/unsubscribe-token";
 import { runMigrations } from "../mixins/db.mixin";
 import { webhooksMigrations } from "../migrations/webhooks";
@@ -31,50 +32,6 @@ async function eventually<T>(read: () => Promise<T>, check: (value: T) => boolea
 		value = await read();
 	}
 	return value;
-}
-
-interface RawResponse {
-	status: number;
-	headers: Record<string, string>;
-	body: string;
-}
-
-/** Writes raw bytes on one connection and parses every answer until the server closes it. */
-function rawExchange(baseUrl: string, bytes: string): Promise<RawResponse[]> {
-	const { hostname, port } = new URL(baseUrl);
-	return new Promise((resolve, reject) => {
-		const socket = net.connect({ host: hostname, port: Number(port) }, () => socket.write(bytes));
-		const chunks: Buffer[] = [];
-		socket.setTimeout(10_000, () => socket.destroy(new Error("the server kept the connection open")));
-		socket.on("data", chunk => chunks.push(chunk));
-		socket.on("error", reject);
-		socket.on("close", () => {
-			let text = Buffer.concat(chunks).toString("utf8");
-			const responses: RawResponse[] = [];
-			while (text.startsWith("HTTP/1.1 ")) {
-				const headerEnd = text.indexOf("\r\n\r\n");
-				const lines = text.slice(0, headerEnd).split("\r\n");
-				const headers = Object.fromEntries(lines.slice(1).map(line => [line.slice(0, line.indexOf(":")).toLowerCase(), line.slice(line.indexOf(":") + 1).trim()]));
-				let rest = text.slice(headerEnd + 4);
-				let body = "";
-				if (headers["content-length"] !== undefined) {
-					body = rest.slice(0, Number(headers["content-length"]));
-					rest = rest.slice(body.length);
-				} else if (headers["transfer-encoding"] === "chunked") {
-					while (true) {
-						const sizeEnd = rest.indexOf("\r\n");
-						const size = parseInt(rest.slice(0, sizeEnd), 16);
-						body += rest.slice(sizeEnd + 2, sizeEnd + 2 + size);
-						rest = rest.slice(sizeEnd + 2 + size + 2);
-						if (size === 0) break;
-					}
-				}
-				responses.push({ status: Number(lines[0].split(" ")[1]), headers, body });
-				text = rest;
-			}
-			resolve(responses);
-		});
-	});
 }
 
 describe.each(testDatabases())("gateway hardening on %s", database => {
