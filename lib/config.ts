@@ -118,6 +118,13 @@ export const EnvSchema = z.object({
 	AUTH_ALGORITHMS: csv,
 	AUTH_CUSTOMER_CLAIM: z.string().default("customer_id"),
 	AUTH_CLOCK_SKEW: duration("60s"),
+	// Refuses tokens without the customer claim, so that every caller belongs to a named customer.
+	AUTH_REQUIRE_CUSTOMER_CLAIM: z
+		.enum(["true", "false"], { message: "must be true or false" })
+		.default("false")
+		.transform(text => text === "true"),
+	// The longest token lifetime accepted: exp at most this far past iat (or past now without iat).
+	AUTH_MAX_TOKEN_AGE: duration("24h"),
 	// The web application's sign-in. Without OIDC_ISSUER it asks for a token (`npm run token`).
 	OIDC_ISSUER: z.string().url().optional(),
 	OIDC_CLIENT_ID: z.string().min(1).max(200).optional(),

@@ -1,5 +1,6 @@
 import type { Knex } from "knex";
 import type { Migration } from "../mixins/db.mixin";
+import { moveImplicitCustomers, restoreImplicitCustomers } from "../lib/customers";
 
 // Named so that the service can tell which rule a unique violation broke (PostgreSQL reports
 // the constraint name; SQLite reports the columns).
@@ -98,6 +99,17 @@ export const webhooksMigrations: Migration[] = [
 				table.dropColumn("header_names");
 				table.dropColumn("headers_envelope");
 			});
+		},
+	},
+	{
+		// Users who are their own customer (no customer claim) now have the customer id "~<user id>",
+		// apart from named customers (lib/customers.ts): their rows move to it.
+		name: "005_implicit_customer_namespace",
+		async up(db) {
+			await moveImplicitCustomers(db, "webhooks");
+		},
+		async down(db) {
+			await restoreImplicitCustomers(db, "webhooks");
 		},
 	},
 ];

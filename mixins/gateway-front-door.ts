@@ -47,8 +47,8 @@ type FrontDoorThis = Service & {
 	corsPaths: string[];
 	/** Provided by the service: writes a problem+json answer. */
 	sendProblem(req: FrontDoorRequest, res: ServerResponse, err: unknown): void;
-	/** Optional, from the service: runs once the request is accepted, right before its action. */
-	beforeAction?(req: FrontDoorRequest): Promise<void>;
+	/** Optional, from the service: runs once the gateway has accepted the request, right before its action. */
+	beforeAction?(req: FrontDoorRequest, actionName: string, params: Record<string, unknown>): Promise<void>;
 	methodsAllowed(url: string): string[];
 	answerOptions(req: IncomingMessage, res: ServerResponse, url: string): void;
 	writeCorsHeaders(req: IncomingMessage, res: ServerResponse): void;
@@ -104,7 +104,7 @@ export function GatewayFrontDoor(corsPaths: string[]): Partial<ServiceSchema> {
 			/** Builds the action's params from where each may come from (lib/gateway-policy.ts). */
 			async callAction(this: FrontDoorThis, route: unknown, actionName: string, req: FrontDoorRequest, res: ServerResponse, parts: RequestParts & { params?: Record<string, string> }) {
 				const params = actionParams({ body: parts.body, query: parts.query, path: parts.params }, this.queryParameters.get(actionName) ?? []);
-				await this.beforeAction?.(req);
+				await this.beforeAction?.(req, actionName, params);
 				if (req.$malformedConnection) throw new ClientProblem(400, "invalid-request", "The connection carried malformed data after this request: nothing was done");
 				return Gateway.methods.callAction.call(this, route, actionName, req, res, params);
 			},

@@ -273,7 +273,7 @@ describe.each(testDatabases())("webhooks on %s", database => {
 
 	it("finds a webhook for other services only within the caller's customer", async () => {
 		const webhook = await newWebhook(alice);
-		const found = await stack.app.broker.call("webhooks.find", { id: webhook.id }, { meta: { customerId: "alice" } });
+		const found = await stack.app.broker.call("webhooks.find", { id: webhook.id }, { meta: { customerId: "~alice" } });
 		expect(found).toEqual({ ...webhook, secret: undefined });
 		expect(found).not.toHaveProperty("secret");
 		await expect(stack.app.broker.call("webhooks.find", { id: webhook.id }, { meta: { customerId: "acme" } })).rejects.toMatchObject({ code: 404 });
@@ -391,7 +391,7 @@ describe.each(testDatabases())("webhooks with a short rotation grace and loopbac
 		expect(rotated.status).toBe(200);
 
 		const secretsNow = async () => {
-			const [subscriber] = await stack.app.broker.call<Array<{ secrets: string[] }>, object>("webhooks.subscribers", { customerId: "lola", topic: ORDER_STATUS });
+			const [subscriber] = await stack.app.broker.call<Array<{ secrets: string[] }>, object>("webhooks.subscribers", { customerId: "~lola", topic: ORDER_STATUS });
 			return subscriber.secrets;
 		};
 		const settled = await waitFor(secretsNow, secrets => secrets.length === 1, "the previous secret to expire");
