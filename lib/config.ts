@@ -136,6 +136,11 @@ export const EnvSchema = z.object({
 	RATE_LIMIT_PER_ADDRESS_PER_MINUTE: z.coerce.number().int().positive().optional(),
 	CORS_ORIGINS: csv.pipe(z.array(z.string().refine(isOrigin, "each entry must be * or an origin such as https://app.example.com"))).transform(origins => origins.map(origin => (origin === "*" ? origin : new URL(origin).origin))),
 	PUBLIC_BASE_URL: z.string().url().optional(),
+	// Slow clients (slowloris): how long the gateway waits for a request's headers, and for the
+	// whole request, and how many connections one client address may hold open (0: no cap).
+	HTTP_HEADERS_TIMEOUT: duration("15s"),
+	HTTP_REQUEST_TIMEOUT: duration("20s"),
+	HTTP_CONNECTIONS_PER_ADDRESS: z.coerce.number().int().min(0).default(64),
 
 	SMTP_URL: z
 		.string()

@@ -15,6 +15,7 @@ import { createRateLimiter, type RateLimiter } from "../lib/rate-limit";
 import { GatewayFrontDoor } from "../mixins/gateway-front-door";
 import { createWebAppHandler } from "../lib/web-app";
 import { httpRequestObserver } from "../lib/http-metrics";
+import { checkJsonBody, JsonBodyProblem } from "../lib/json-body";
 
 export const API_BASE = "/id/v3";
 const BODY_LIMIT = "64kb";
@@ -317,7 +318,7 @@ const ApiService: ServiceSchema<ServiceSettingSchema, ApiThis> = {
 			},
 		];
 		// Not strict: a JSON string or number is valid JSON, so it gets the 422 below, not a 400.
-		const jsonParser = bodyParser.json({ limit: BODY_LIMIT, strict: false, type: () => true });
+		const jsonParser = bodyParser.json({ limit: BODY_LIMIT, strict: false, type: () => true, verify: (_req, _res, bytes) => checkJsonBody(bytes) });
 		route.use = [
 			(req: GatewayRequest, _res: ServerResponse, next: Next) => {
 				this.limitAddress(clientAddress(req)).then(() => next(), next);
@@ -345,6 +346,7 @@ const ApiService: ServiceSchema<ServiceSettingSchema, ApiThis> = {
 						}
 						return next();
 					}
+					if (err instanceof JsonBodyProblem) return next(new HttpProblem(400, err.message));
 					const failure = err as { status?: number };
 					if (failure.status === 413) return next(new HttpProblem(413, `The body exceeds the ${BODY_LIMIT} limit`));
 					if (failure.status === 415) return next(new HttpProblem(415, "Unsupported body encoding or charset"));
