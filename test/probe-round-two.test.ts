@@ -20,6 +20,7 @@ import { dispatcherMigrations } from "../migrations/dispatcher";
 import { guardedLookup, WebhookSender } from "../lib/webhook-sender";
 import { isBlockedAddress, parseAllowList } from "../lib/address-ranges";
 import { generateWebhookSecret } from "../lib/crypto";
+import { repeatedKey } from "../lib/json-body";
 
 const ORDER_STATUS = "tasking:order_status";
 const TABLES = ["webhooks", "users", "user_email_preferences", "deliveries", "delivery_attempts", "delivery_messages"];
@@ -419,5 +420,20 @@ describe("slow clients", () => {
 		await Promise.all(held.map(({ answer: closed }) => closed));
 		const fresh = await rawExchange(stack.baseUrl, "GET /id/v3/webhooks/events HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n");
 		expect(fresh.map(response => response.status)).toEqual([401]);
+	});
+});
+
+describe("repeated JSON keys (lib/json-body.ts)", () => {
+	it("finds a key repeated in one object, at any depth, compared as decoded text", () => {
+		expect(repeatedKey('{"a":1,"a":2}')).toBe("a");
+		expect(repeatedKey('{"a":1,"\\u0061":2}')).toBe("a");
+		expect(repeatedKey('{"x":[{"b":1},{"b":2,"c":{"d":1,"d":2}}]}')).toBe("d");
+		expect(repeatedKey('{"s":"{\\"a\\":1,\\"a\\":2}"}')).toBeUndefined();
+	});
+
+	it("lets the same key in different objects, and values equal to keys, through", () => {
+		expect(repeatedKey('{"a":{"a":"a"},"b":[{"a":1},{"a":2}]}')).toBeUndefined();
+		expect(repeatedKey('["a","a"]')).toBeUndefined();
+		expect(repeatedKey('{"a":"b","b":"a"}')).toBeUndefined();
 	});
 });
