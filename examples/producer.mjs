@@ -23,7 +23,7 @@ const broker = new moleculer.ServiceBroker({
 
 const event = {
 	event_id: randomUUID(), // a UUID (anything else is rejected); the key that makes a repeat harmless
-	customer_id: "acme", // optional; looked up from user_id when absent
+	customer_id: "acme", // optional; looked up from user_id when absent ("~alice" for a user who is their own customer)
 	user_id: "alice", // the order's owner, who gets the email
 	order_id: "o-1",
 	status: "fulfilled", // case-insensitive: committed, staged, in progress, fulfilled, failed, rejected, cancelled, expired

@@ -39,7 +39,9 @@ function isAllowed(address: Address, allow: AllowList): boolean {
 
 /**
  * True when a connection to this address must be refused. An unparseable address is blocked.
- * IPv4-mapped/compatible IPv6 addresses are judged as the IPv4 address they carry.
+ * IPv4-mapped IPv6 addresses are blocked wherever the IPv4 address they carry is. An IPv4 range
+ * in the allow list never exempts them: only an IPv6 range written for them does (e.g.
+ * ::ffff:127.0.0.0/104), so allowing 127.0.0.0/8 does not open [::ffff:127.0.0.1].
  */
 export function isBlockedAddress(address: string, allow: AllowList = []): boolean {
 	let parsed: Address;
@@ -48,11 +50,11 @@ export function isBlockedAddress(address: string, allow: AllowList = []): boolea
 	} catch {
 		return true;
 	}
+	if (isAllowed(parsed, allow)) return false;
 	const candidates: Address[] = [parsed];
 	if (parsed.kind() === "ipv6" && (parsed as ipaddr.IPv6).isIPv4MappedAddress()) {
 		candidates.push((parsed as ipaddr.IPv6).toIPv4Address());
 	}
-	if (candidates.some(candidate => isAllowed(candidate, allow))) return false;
 	if (parsed.kind() === "ipv6" && !parsed.match(IPV6_GLOBAL_UNICAST)) return true;
 	return candidates.some(candidate => candidate.range() !== "unicast") || parsed.range() !== "unicast";
 }

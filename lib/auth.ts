@@ -4,6 +4,7 @@
 import { createRemoteJWKSet, jwtVerify, SignJWT, errors as joseErrors, type JWTPayload } from "jose";
 import type { AppConfig } from "./config";
 import { isWellFormedText } from "./schemas/common";
+import { EXTERNAL_ID_PATTERN, implicitCustomerId, MAX_IMPLICIT_USER_ID_LENGTH } from "./customers";
 
 export interface Principal {
 	userId: string;
@@ -47,14 +48,53 @@ export type TokenVerifier = (token: string) => Promise<Principal>;
 // Expiry is the issuer's decision: only a few seconds of skew, whatever AUTH_CLOCK_SKEW says.
 const EXPIRY_TOLERANCE_SECONDS = 5;
 
-const ID_PATTERN = /^[\w.@|:+-]{1,200}$/;
+const TIME_CLAIMS = ["exp", "nbf", "iat", "auth_time"] as const;
+
+/** What principalFrom needs from the configuration. */
+interface ClaimRules {
+	customerClaim: string;
+	requireCustomerClaim: boolean;
+	skewSeconds: number;
+	maxTokenAgeSeconds: number;
+}
+
+/**
+ * Every time claim present is a finite, non-negative number of seconds: JSON's 1e309 parses as
+ * Infinity, which every comparison would otherwise take as "never expires" or "long ago".
+ */
+function checkTimeClaims(payload: JWTPayload): void {
+	for (const claim of TIME_CLAIMS) {
+		const value = payload[claim];
+		if (value !== undefined && (typeof value !== "number" || !Number.isFinite(value) || value < 0)) throw new AuthenticationError(`Token claim ${claim} is not a valid time`);
+	}
+}
 
 /** A claim that must be a time no later than now (plus the allowed skew): iat, auth_time. */
 function pastInstant(payload: JWTPayload, claim: "iat" | "auth_time", skewSeconds: number): number | undefined {
-	const value = payload[claim];
+	const value = payload[claim] as number | undefined;
 	if (value === undefined) return undefined;
-	if (typeof value !== "number" || !Number.isFinite(value) || value < 0) throw new AuthenticationError(`Token claim ${claim} is not a valid time`);
 	if (value > Date.now() / 1000 + skewSeconds) throw new AuthenticationError(`Token claim ${claim} is in the future`);
+	return value;
+}
+
+/** A leaked token is only as dangerous as it is long-lived: exp may lie at most the bound past iat (or now). */
+function checkLifetime(payload: JWTPayload, issuedAt: number | undefined, maxAgeSeconds: number): void {
+	const from = issuedAt ?? Date.now() / 1000;
+	if (typeof payload.exp === "number" && payload.exp - from > maxAgeSeconds) {
+		throw new AuthenticationError(`Token lifetime exceeds the ${maxAgeSeconds} s this service accepts (AUTH_MAX_TOKEN_AGE)`);
+	}
+}
+
+/** The customer the token acts for: the named one, or the user's own (implicit) customer. */
+function customerOf(payload: JWTPayload, sub: string, rules: ClaimRules): string {
+	const claim = rules.customerClaim;
+	const value = payload[claim];
+	if (value === undefined) {
+		if (rules.requireCustomerClaim) throw new AuthenticationError(`Token has no ${claim} claim, which this service requires`);
+		if (sub.length > MAX_IMPLICIT_USER_ID_LENGTH) throw new AuthenticationError(`Token has no ${claim} claim, and its sub is too long to be its own customer (at most ${MAX_IMPLICIT_USER_ID_LENGTH} characters)`);
+		return implicitCustomerId(sub);
+	}
+	if (typeof value !== "string" || !EXTERNAL_ID_PATTERN.test(value)) throw new AuthenticationError(`Token claim ${claim} is not a usable id`);
 	return value;
 }
 
@@ -63,20 +103,19 @@ function text(value: unknown, max: number): string | null {
 	return typeof value === "string" && value.length <= max && isWellFormedText(value) ? value : null;
 }
 
-function principalFrom(payload: JWTPayload, customerClaim: string, skewSeconds: number): Principal {
+function principalFrom(payload: JWTPayload, rules: ClaimRules): Principal {
 	const sub = payload.sub;
-	if (typeof sub !== "string" || !ID_PATTERN.test(sub)) throw new AuthenticationError("Token has no usable sub claim");
-	const customerValue = payload[customerClaim];
-	if (customerValue !== undefined && (typeof customerValue !== "string" || !ID_PATTERN.test(customerValue))) {
-		throw new AuthenticationError(`Token claim ${customerClaim} is not a usable id`);
-	}
+	if (typeof sub !== "string" || !EXTERNAL_ID_PATTERN.test(sub)) throw new AuthenticationError("Token has no usable sub claim");
+	const customerId = customerOf(payload, sub, rules);
+	checkTimeClaims(payload);
 	// jose allowed exp the whole skew (its one tolerance also covers nbf): hold exp to a few seconds.
 	if (typeof payload.exp === "number" && payload.exp <= Date.now() / 1000 - EXPIRY_TOLERANCE_SECONDS) throw new AuthenticationError("Token has expired");
-	const issuedAt = pastInstant(payload, "iat", skewSeconds);
-	const loginSeconds = pastInstant(payload, "auth_time", skewSeconds) ?? issuedAt;
+	const issuedAt = pastInstant(payload, "iat", rules.skewSeconds);
+	checkLifetime(payload, issuedAt, rules.maxTokenAgeSeconds);
+	const loginSeconds = pastInstant(payload, "auth_time", rules.skewSeconds) ?? issuedAt;
 	return {
 		userId: sub,
-		customerId: (customerValue as string | undefined) ?? sub,
+		customerId,
 		name: text(payload.name, 200),
 		email: text(payload.email, 320),
 		// A login within the allowed skew ahead of our clock is recorded as now, never in the future.
@@ -99,6 +138,12 @@ function describeJoseError(err: unknown): string {
 
 export function createTokenVerifier(config: AppConfig): TokenVerifier {
 	const skewSeconds = config.AUTH_CLOCK_SKEW / 1000;
+	const rules: ClaimRules = {
+		customerClaim: config.AUTH_CUSTOMER_CLAIM,
+		requireCustomerClaim: config.AUTH_REQUIRE_CUSTOMER_CLAIM,
+		skewSeconds,
+		maxTokenAgeSeconds: config.AUTH_MAX_TOKEN_AGE / 1000,
+	};
 	// A token without exp would be valid forever; nbf is checked by jose within the same skew.
 	const options = {
 		issuer: config.AUTH_ISSUER,
@@ -112,7 +157,7 @@ export function createTokenVerifier(config: AppConfig): TokenVerifier {
 		return rememberVerifiedTokens(async token => {
 			try {
 				const { payload } = await jwtVerify(token, jwks, { ...options, algorithms });
-				return { principal: principalFrom(payload, config.AUTH_CUSTOMER_CLAIM, skewSeconds), expiresAt: payload.exp };
+				return { principal: principalFrom(payload, rules), expiresAt: payload.exp };
 			} catch (err) {
 				throw new AuthenticationError(describeJoseError(err));
 			}
@@ -123,7 +168,7 @@ export function createTokenVerifier(config: AppConfig): TokenVerifier {
 	return rememberVerifiedTokens(async token => {
 		try {
 			const { payload } = await jwtVerify(token, key, { ...options, algorithms: ["HS256"] });
-			return { principal: principalFrom(payload, config.AUTH_CUSTOMER_CLAIM, skewSeconds), expiresAt: payload.exp };
+			return { principal: principalFrom(payload, rules), expiresAt: payload.exp };
 		} catch (err) {
 			throw new AuthenticationError(describeJoseError(err));
 		}

@@ -161,6 +161,13 @@ export const EnvSchema = z.object({
 	AUTH_ALGORITHMS: csv,
 	AUTH_CUSTOMER_CLAIM: z.string().default("customer_id"),
 	AUTH_CLOCK_SKEW: duration("60s"),
+	// Refuses tokens without the customer claim, so that every caller belongs to a named customer.
+	AUTH_REQUIRE_CUSTOMER_CLAIM: z
+		.enum(["true", "false"], { message: "must be true or false" })
+		.default("false")
+		.transform(text => text === "true"),
+	// The longest token lifetime accepted: exp at most this far past iat (or past now without iat).
+	AUTH_MAX_TOKEN_AGE: duration("24h"),
 	// The web application's sign-in. Without OIDC_ISSUER it asks for a token (`npm run token`).
 	OIDC_ISSUER: z.string().url().optional(),
 	OIDC_CLIENT_ID: z.string().min(1).max(200).optional(),
@@ -172,6 +179,11 @@ export const EnvSchema = z.object({
 	RATE_LIMIT_PER_ADDRESS_PER_MINUTE: wholeNumber({ min: 1 }).optional(),
 	CORS_ORIGINS: csv.pipe(z.array(z.string().refine(isOrigin, "each entry must be * or an origin such as https://app.example.com"))).transform(origins => origins.map(origin => (origin === "*" ? origin : new URL(origin).origin))),
 	PUBLIC_BASE_URL: z.string().url().optional(),
+	// Slow clients (slowloris): how long the gateway waits for a request's headers, and for the
+	// whole request, and how many connections one client address may hold open (0: no cap).
+	HTTP_HEADERS_TIMEOUT: duration("15s"),
+	HTTP_REQUEST_TIMEOUT: duration("20s"),
+	HTTP_CONNECTIONS_PER_ADDRESS: z.coerce.number().int().min(0).default(64),
 
 	// `file:` chooses the .eml files of the embedded default explicitly (production demands a choice).
 	SMTP_URL: z

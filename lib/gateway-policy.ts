@@ -77,3 +77,34 @@ export function actionParams(parts: RequestParts, documentedQuery: readonly stri
 	}
 	return params;
 }
+
+// Headers that must appear once: with two, Node keeps one and a proxy in front may use the other
+// (two Authorization headers: the gateway and the proxy would see different users).
+const SINGLE_HEADERS = new Set(["authorization", "host", "content-type", "content-length", "if-match", "origin", "x-request-id", "x-correlation-id"]);
+
+/**
+ * Why the gateway cannot trust how this request is framed or addressed, or undefined; the
+ * connection is closed after the answer. A transfer coding other than plain chunked leaves the
+ * body's end unknown (RFC 9112 §6.1), an HTTP/1.1 request must name its Host, and a header that
+ * must appear once must not repeat.
+ */
+export function framingProblem(request: { httpVersion: string; headers: Record<string, string | string[] | undefined>; rawHeaders: string[] }): string | undefined {
+	const transferEncoding = request.headers["transfer-encoding"];
+	if (transferEncoding !== undefined) {
+		const codings = String(transferEncoding)
+			.split(",")
+			.map(coding => coding.trim().toLowerCase());
+		if (codings.length !== 1 || codings[0] !== "chunked") {
+			return `Transfer-Encoding "${transferEncoding}" is not supported: send the body with Content-Length or Transfer-Encoding: chunked`;
+		}
+	}
+	if (request.httpVersion === "1.1" && request.headers.host === undefined) return "An HTTP/1.1 request must carry a Host header";
+	const seen = new Set<string>();
+	for (let i = 0; i < request.rawHeaders.length; i += 2) {
+		const name = request.rawHeaders[i].toLowerCase();
+		if (!SINGLE_HEADERS.has(name)) continue;
+		if (seen.has(name)) return `The ${request.rawHeaders[i]} header must be sent once`;
+		seen.add(name);
+	}
+	return undefined;
+}

@@ -7,7 +7,7 @@ import crypto from "node:crypto";
 import type { ServiceBroker } from "moleculer";
 import { z } from "zod";
 import { parseDuration } from "./durations";
-import { ORDER_STATUSES, ExternalId, TASKING_ORDER_STATUS_EVENT, TaskingOrderStatusEvent } from "./schemas/events";
+import { ORDER_STATUSES, CustomerId, TASKING_ORDER_STATUS_EVENT, TaskingOrderStatusEvent } from "./schemas/events";
 import { TopicRegistration, type CatalogueTopic } from "./schemas/topics";
 import { DELIVERY_STATUSES, type Delivery } from "./schemas/deliveries";
 import type { WebhookPage, WebhookView } from "./schemas/webhooks";
@@ -45,8 +45,8 @@ function requireUuid(value: unknown, what: string): string {
 	return parsed.data.toLowerCase();
 }
 
-function requireExternalId(value: unknown, what: string): string {
-	const parsed = ExternalId.safeParse(value);
+function requireCustomerId(value: unknown, what: string): string {
+	const parsed = CustomerId.safeParse(value);
 	if (!parsed.success) throw new UsageError(`${what} ${parsed.error.issues[0].message}, got ${JSON.stringify(value ?? "")}`);
 	return parsed.data;
 }
@@ -139,7 +139,7 @@ export function replCommands(): ReplCommand[] {
 			command: "webhooks <customer>",
 			description: "A customer's webhooks, with the status of each one's latest delivery",
 			async action(broker, args, helpers) {
-				const customerId = requireExternalId(args.customer, "customer");
+				const customerId = requireCustomerId(args.customer, "customer");
 				const webhooks: WebhookView[] = [];
 				let token: string | undefined;
 				do {

@@ -1,6 +1,7 @@
 // Custom request headers per webhook (API.md, "headers"): what a customer may set. Receivers
 // often want a static credential or a routing header; we refuse what would let a customer forge
-// our signature headers, break framing, or reach past the receiver (hop-by-hop headers).
+// our signature headers, break framing, reach past the receiver (hop-by-hop headers), or pose as
+// a cookie or a proxy's record of the client (Cookie, Forwarded, X-Forwarded-*).
 // Values are credentials in practice: the webhooks service encrypts them at rest and only ever
 // shows their names.
 import { decryptSecret, encryptSecret } from "./crypto";
@@ -30,6 +31,18 @@ const RESERVED = new Set([
 	"upgrade",
 	"expect",
 	"http2-settings",
+	// State and proxy headers: a receiver (or a proxy in front of it) would take them as the
+	// sender's cookie or as the client address a proxy saw, which a customer must not decide.
+	"cookie",
+	"set-cookie",
+	"forwarded",
+	"via",
+	"x-real-ip",
+	"true-client-ip",
+	"cf-connecting-ip",
+	"x-client-ip",
+	"x-cluster-client-ip",
+	"x-original-forwarded-for",
 ]);
 
 /** Why a header name is refused (a predicate: "header X <problem>"), or undefined when it may be set. */
@@ -39,7 +52,7 @@ export function headerNameProblem(name: string): string | undefined {
 	if (!TOKEN.test(name)) return "is not a valid HTTP header name (letters, digits and !#$%&'*+-.^_`|~ only)";
 	const lower = name.toLowerCase();
 	if (lower.startsWith("webhook-")) return "is reserved: webhook-* headers carry the Standard Webhooks signature and are set by the service";
-	if (RESERVED.has(lower)) return "is set by the service or is a hop-by-hop header, and cannot be configured";
+	if (RESERVED.has(lower) || lower.startsWith("x-forwarded-")) return "is set by the service, or is a hop-by-hop, cookie or proxy header, and cannot be configured";
 	return undefined;
 }
 

@@ -2,6 +2,7 @@
 // message and webhook, with the retry schedule and the lease), attempts (the delivery log) and
 // rejected events (payloads that failed validation). Timestamps are ISO 8601 UTC text.
 import type { Migration } from "../mixins/db.mixin";
+import { moveImplicitCustomers, restoreImplicitCustomers } from "../lib/customers";
 
 export const dispatcherMigrations: Migration[] = [
 	{
@@ -179,6 +180,19 @@ export const dispatcherMigrations: Migration[] = [
 		},
 		async down(db) {
 			await db.raw("DROP INDEX deliveries_pending_webhook_idx");
+		},
+	},
+	{
+		// Users who are their own customer (no customer claim) now have the customer id "~<user id>",
+		// apart from named customers (lib/customers.ts): their rows move to it.
+		name: "007_implicit_customer_namespace",
+		async up(db) {
+			await moveImplicitCustomers(db, "delivery_messages");
+			await moveImplicitCustomers(db, "deliveries");
+		},
+		async down(db) {
+			await restoreImplicitCustomers(db, "delivery_messages");
+			await restoreImplicitCustomers(db, "deliveries");
 		},
 	},
 ];

@@ -1,5 +1,6 @@
 // The notifier's tables: the email outbox and the events it rejected.
 import type { Migration } from "../mixins/db.mixin";
+import { moveImplicitCustomers, restoreImplicitCustomers } from "../lib/customers";
 
 export const notifierMigrations: Migration[] = [
 	{
@@ -50,6 +51,17 @@ export const notifierMigrations: Migration[] = [
 		async down(db) {
 			await db.schema.dropTable("email_rejected_events");
 			await db.schema.dropTable("email_outbox");
+		},
+	},
+	{
+		// Users who are their own customer (no customer claim) now have the customer id "~<user id>",
+		// apart from named customers (lib/customers.ts): their rows move to it.
+		name: "002_implicit_customer_namespace",
+		async up(db) {
+			await moveImplicitCustomers(db, "email_outbox");
+		},
+		async down(db) {
+			await restoreImplicitCustomers(db, "email_outbox");
 		},
 	},
 ];

@@ -1,4 +1,5 @@
 import type { Migration } from "../mixins/db.mixin";
+import { IMPLICIT_CUSTOMER_PREFIX, MAX_IMPLICIT_USER_ID_LENGTH, restoreImplicitCustomers } from "../lib/customers";
 
 export const usersMigrations: Migration[] = [
 	{
@@ -29,6 +30,21 @@ export const usersMigrations: Migration[] = [
 		async down(db) {
 			await db.schema.dropTable("user_email_preferences");
 			await db.schema.dropTable("users");
+		},
+	},
+	{
+		// Users who are their own customer (no customer claim) now have the customer id "~<user id>",
+		// apart from named customers (lib/customers.ts). The next request with a token refreshes
+		// the record anyway; the other services' migrations read it to move their own rows.
+		name: "002_implicit_customer_namespace",
+		async up(db) {
+			await db("users")
+				.whereRaw("customer_id = user_id")
+				.whereRaw("length(user_id) <= ?", [MAX_IMPLICIT_USER_ID_LENGTH])
+				.update({ customer_id: db.raw("? || user_id", [IMPLICIT_CUSTOMER_PREFIX]) });
+		},
+		async down(db) {
+			await restoreImplicitCustomers(db, "users");
 		},
 	},
 ];

@@ -1,5 +1,8 @@
 import type { Knex } from "knex";
 import type { Migration } from "../mixins/db.mixin";
+import { comparableName } from "../lib/schemas/common";
+import { MAX_WEBHOOK_NAME_LENGTH } from "../lib/schemas/webhooks";
+import { moveImplicitCustomers, restoreImplicitCustomers } from "../lib/customers";
 
 // Named so that the service can tell which rule a unique violation broke (PostgreSQL reports
 // the constraint name; SQLite reports the columns).
@@ -100,6 +103,30 @@ export const webhooksMigrations: Migration[] = [
 			});
 		},
 	},
+	{
+		// Users who are their own customer (no customer claim) now have the customer id "~<user id>",
+		// apart from named customers (lib/customers.ts): their rows move to it.
+		name: "005_implicit_customer_namespace",
+		async up(db) {
+			await moveImplicitCustomers(db, "webhooks");
+		},
+		async down(db) {
+			await restoreImplicitCustomers(db, "webhooks");
+		},
+	},
+	{
+		// Names are now stored and compared in NFKC with spaces folded (comparableName), so that
+		// look-alike spellings are one name. Stored names are brought to that form, except where
+		// the customer already has a webhook with the resulting name: two webhooks are not merged
+		// behind the customer's back, so that one keeps its name as it was.
+		name: "006_webhook_names_nfkc",
+		async up(db) {
+			await normaliseNames(db);
+		},
+		async down() {
+			// The comparable form is a valid name: nothing to undo.
+		},
+	},
 ];
 
 /** "https://example.com.:8443/x" → "https://example.com:8443/x"; undefined when already fine. */
@@ -125,5 +152,15 @@ async function normaliseTrailingDots(db: Knex): Promise<void> {
 		if (!url) continue;
 		const twin = await db("webhooks").where({ customer_id: row.customer_id, url }).first("id");
 		if (!twin) await db("webhooks").where({ id: row.id }).update({ url });
+	}
+}
+
+async function normaliseNames(db: Knex): Promise<void> {
+	const rows: Array<{ id: string; customer_id: string; name: string }> = await db("webhooks").select("id", "customer_id", "name").orderBy(["customer_id", "created_at", "id"]);
+	for (const row of rows) {
+		const name = comparableName(row.name);
+		if (name === row.name || name.length === 0 || name.length > MAX_WEBHOOK_NAME_LENGTH) continue;
+		const twin = await db("webhooks").where({ customer_id: row.customer_id, name }).first("id");
+		if (!twin) await db("webhooks").where({ id: row.id }).update({ name });
 	}
 }

@@ -4,16 +4,20 @@
 // Access-Control-Request-Method); HEAD is GET without a body; a known path with another method
 // gets 405; CORS comes from CORS_ORIGINS; the query string is plain strings; params come only from
 // where the operation documents them (lib/gateway-policy.ts); bytes that are not HTTP get a
-// problem+json 400, and the request before them on the connection does nothing.
+// problem+json 400, and the request before them on the connection does nothing; so does framing
+// the gateway cannot trust (an unknown Transfer-Encoding, no Host, a repeated Authorization),
+// with the connection closed. Slow clients meet HTTP_HEADERS_TIMEOUT and HTTP_REQUEST_TIMEOUT,
+// and one address holds at most HTTP_CONNECTIONS_PER_ADDRESS connections.
 import type { IncomingMessage, Server, ServerResponse } from "node:http";
 import type { Socket } from "node:net";
 import type { Context, Service, ServiceSchema, ServiceSettingSchema } from "moleculer";
 import ApiGateway from "moleculer-web";
-import type { AppConfig } from "../lib/config";
+import { configOf, type AppConfig } from "../lib/config";
 import { ClientProblem, toProblem } from "../lib/errors";
 import { queryParametersByAction } from "../lib/openapi";
 import {
 	actionParams,
+	framingProblem,
 	CORS_ALLOWED_HEADERS,
 	CORS_EXPOSED_HEADERS,
 	CORS_MAX_AGE_SECONDS,
@@ -47,13 +51,26 @@ type FrontDoorThis = Service & {
 	corsPaths: string[];
 	/** Provided by the service: writes a problem+json answer. */
 	sendProblem(req: FrontDoorRequest, res: ServerResponse, err: unknown): void;
-	/** Optional, from the service: runs once the request is accepted, right before its action. */
-	beforeAction?(req: FrontDoorRequest): Promise<void>;
+	/** Optional, from the service: runs once the gateway has accepted the request, right before its action. */
+	beforeAction?(req: FrontDoorRequest, actionName: string, params: Record<string, unknown>): Promise<void>;
 	methodsAllowed(url: string): string[];
 	answerOptions(req: IncomingMessage, res: ServerResponse, url: string): void;
 	writeCorsHeaders(req: IncomingMessage, res: ServerResponse): void;
 	answerClientError(err: NodeJS.ErrnoException, socket: Socket): void;
+	limitConnections(socket: Socket): void;
+	connectionsByAddress: Map<string, number>;
+	refusedSockets: WeakSet<Socket>;
 };
+
+/** A whole problem+json answer as bytes, for a socket no ServerResponse writes to. */
+function rawProblemAnswer(status: number, detail: string, extraHeaders = ""): string {
+	const problem = toProblem(new ClientProblem(status, "invalid-request", detail));
+	const body = JSON.stringify(problem);
+	return (
+		`HTTP/1.1 ${status} ${problem.title}\r\nContent-Type: application/problem+json\r\nX-Content-Type-Options: nosniff\r\n` +
+		`Cache-Control: no-store\r\n${extraHeaders}Connection: close\r\nContent-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`
+	);
+}
 
 /** The path without query string or trailing slash, as moleculer-web matches aliases. */
 function routedPath(url: string): string {
@@ -78,6 +95,15 @@ export function GatewayFrontDoor(corsPaths: string[]): Partial<ServiceSchema> {
 				res.setHeader("X-Content-Type-Options", "nosniff");
 				// Create and rotate answer with a secret; nothing the API answers belongs in a cache.
 				res.setHeader("Cache-Control", "no-store");
+				// A connection over the per-address cap was answered already: its requests do nothing.
+				if (this.refusedSockets.has(req.socket)) return void res.destroy();
+				const framing = framingProblem(req);
+				if (framing) {
+					// What follows on this connection cannot be told apart from this request's body.
+					this.refusedSockets.add(req.socket);
+					res.setHeader("Connection", "close");
+					return this.sendProblem(req, res, new ClientProblem(400, "invalid-request", framing));
+				}
 				const url = routedPath(req.url ?? "/");
 				if (this.corsPaths.some(prefix => url === prefix || url.startsWith(`${prefix}/`))) this.writeCorsHeaders(req, res);
 				if (req.method === "OPTIONS") return this.answerOptions(req, res, url);
@@ -104,7 +130,7 @@ export function GatewayFrontDoor(corsPaths: string[]): Partial<ServiceSchema> {
 			/** Builds the action's params from where each may come from (lib/gateway-policy.ts). */
 			async callAction(this: FrontDoorThis, route: unknown, actionName: string, req: FrontDoorRequest, res: ServerResponse, parts: RequestParts & { params?: Record<string, string> }) {
 				const params = actionParams({ body: parts.body, query: parts.query, path: parts.params }, this.queryParameters.get(actionName) ?? []);
-				await this.beforeAction?.(req);
+				await this.beforeAction?.(req, actionName, params);
 				if (req.$malformedConnection) throw new ClientProblem(400, "invalid-request", "The connection carried malformed data after this request: nothing was done");
 				return Gateway.methods.callAction.call(this, route, actionName, req, res, params);
 			},
@@ -159,17 +185,13 @@ export function GatewayFrontDoor(corsPaths: string[]): Partial<ServiceSchema> {
 						: err.code === "ERR_HTTP_REQUEST_TIMEOUT"
 							? [408, "The request was not received in time"]
 							: [400, "The request is not valid HTTP"];
-				const problem = toProblem(new ClientProblem(status, "invalid-request", detail));
-				const body = JSON.stringify(problem);
 				let answered = false;
 				const answer = () => {
 					if (answered) return;
 					answered = true;
-					if (!socket.writable) return void socket.destroy();
-					socket.end(
-						`HTTP/1.1 ${status} ${problem.title}\r\nContent-Type: application/problem+json\r\nX-Content-Type-Options: nosniff\r\n` +
-							`Cache-Control: no-store\r\nConnection: close\r\nContent-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`,
-					);
+					// A connection already answered and closing (bad framing, over the cap) gets nothing more.
+					if (!socket.writable || this.refusedSockets.has(socket)) return void socket.destroy();
+					socket.end(rawProblemAnswer(status, detail));
 				};
 				const pending = (socket as Socket & { _httpMessage?: ServerResponse & { req?: FrontDoorRequest } })._httpMessage;
 				if (pending && !pending.writableFinished) {
@@ -178,12 +200,50 @@ export function GatewayFrontDoor(corsPaths: string[]): Partial<ServiceSchema> {
 					pending.once("close", answer);
 				} else answer();
 			},
+
+			/**
+			 * Counts each client address's open connections; one past HTTP_CONNECTIONS_PER_ADDRESS is
+			 * answered 429 and closed, and whatever it sends meanwhile does nothing.
+			 */
+			limitConnections(this: FrontDoorThis, socket: Socket): void {
+				const cap = this.config.HTTP_CONNECTIONS_PER_ADDRESS;
+				if (cap === 0) return;
+				const address = socket.remoteAddress ?? "unknown";
+				const open = (this.connectionsByAddress.get(address) ?? 0) + 1;
+				if (open > cap) {
+					this.refusedSockets.add(socket);
+					socket.on("error", () => socket.destroy());
+					socket.end(rawProblemAnswer(429, `Too many open connections from this address (at most ${cap}): close some and try again`, "Retry-After: 1\r\n"));
+					return;
+				}
+				this.connectionsByAddress.set(address, open);
+				socket.once("close", () => {
+					const left = (this.connectionsByAddress.get(address) ?? 1) - 1;
+					if (left > 0) this.connectionsByAddress.set(address, left);
+					else this.connectionsByAddress.delete(address);
+				});
+			},
 		},
 
 		created(this: FrontDoorThis) {
 			this.corsPaths = corsPaths;
 			this.queryParameters = queryParametersByAction();
-			this.server?.on("clientError", (err: NodeJS.ErrnoException, socket: Socket) => this.answerClientError(err, socket));
+			this.connectionsByAddress = new Map();
+			this.refusedSockets = new WeakSet();
+			// Both are read by Node on each request (and when listening starts); @types/node omits them.
+			const server = this.server as (Server & { connectionsCheckingInterval: number; requireHostHeader: boolean }) | undefined;
+			if (!server) return;
+			// The service's own created hook, which sets this.config, runs after this one.
+			const config = configOf(this.broker);
+			// Slow headers or a slow body must not hold a connection: Node's defaults (60 s for the
+			// headers, 300 s for the request, checked every 30 s) let one held for over a minute.
+			server.headersTimeout = config.HTTP_HEADERS_TIMEOUT;
+			server.requestTimeout = Math.max(config.HTTP_REQUEST_TIMEOUT, config.HTTP_HEADERS_TIMEOUT);
+			server.connectionsCheckingInterval = Math.min(1_000, config.HTTP_HEADERS_TIMEOUT);
+			// Answered by the front door with problem details rather than Node's bare 400.
+			server.requireHostHeader = false;
+			server.on("connection", (socket: Socket) => this.limitConnections(socket));
+			server.on("clientError", (err: NodeJS.ErrnoException, socket: Socket) => this.answerClientError(err, socket));
 		},
 	};
 	return schema as Partial<ServiceSchema>;

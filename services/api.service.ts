@@ -1,6 +1,6 @@
 // api: the HTTP gateway (moleculer-web). Owns no table. It authenticates bearer tokens, turns
 // every failure into RFC 9457 problem details, enforces the body limit and the rate limits (per
-// client address before authentication, per principal after), answers OPTIONS and CORS itself,
+// client address before authentication, per customer after), answers OPTIONS and CORS itself,
 // and maps /id/v3 routes to the actions of the services that own the data, each parameter taken
 // only from where the route documents it (lib/gateway-policy.ts).
 import type { IncomingMessage, ServerResponse } from "node:http";
@@ -10,12 +10,13 @@ import bodyParser from "body-parser";
 import { configOf, type AppConfig } from "../lib/config";
 import { createTokenVerifier, AuthenticationError, type Principal, type TokenVerifier } from "../lib/auth";
 import { toProblem, type Problem } from "../lib/errors";
-import { openApiJson } from "../lib/openapi";
+import { openApiJson, OPERATIONS } from "../lib/openapi";
 import { createRateLimiter, type RateLimiter } from "../lib/rate-limit";
 import { GatewayFrontDoor } from "../mixins/gateway-front-door";
 import { GatewayEventIntake, PUBLISH_EVENTS_ACTION, PUBLISH_EVENTS_BODY_PARAM, requirePublishScope } from "../mixins/gateway-event-intake";
 import { createWebAppHandler } from "../lib/web-app";
 import { httpRequestObserver } from "../lib/http-metrics";
+import { checkJsonBody, JsonBodyProblem } from "../lib/json-body";
 
 export const API_BASE = "/id/v3";
 const BODY_LIMIT = "64kb";
@@ -29,6 +30,14 @@ const UNSUBSCRIBE_LIMIT_PER_ADDRESS = 60;
 // Routes answered with CORS headers for the configured origins (the email links are not).
 const CORS_PATHS = [API_BASE, "/openapi.json"];
 
+// The actions that show the caller's user record: it is refreshed before they run.
+const USER_RECORD_ACTIONS = new Set(["users.details", "users.updateSettings"]);
+const PARAMS_BY_ACTION = new Map(OPERATIONS.filter(operation => operation.params).map(operation => [operation.action, operation.params!]));
+
+function touchFingerprint(principal: Principal): string {
+	return JSON.stringify([principal.customerId, principal.name, principal.email, principal.lastLogin]);
+}
+
 /** Successful statuses other than 200, by action. The services stay free of HTTP details. */
 const STATUS_BY_ACTION: Record<string, number> = {
 	"webhooks.create": 201,
@@ -40,6 +49,8 @@ const STATUS_BY_ACTION: Record<string, number> = {
 
 type GatewayRequest = IncomingMessage & {
 	$ctx: Context<unknown, GatewayMeta>;
+	/** Set once the request is accepted: the user record is refreshed if its action succeeds. */
+	$touchAfterSuccess?: boolean;
 	$action?: { name: string };
 	body?: unknown;
 	originalUrl?: string;
@@ -64,11 +75,12 @@ type ApiThis = Service & {
 	verifyToken: TokenVerifier;
 	touchedUsers: Map<string, { fingerprint: string; at: number }>;
 	limitAddress: RateLimiter;
-	limitPrincipal: RateLimiter;
+	limitCustomer: RateLimiter;
 	limitUnsubscribe: RateLimiter;
 	observeHttpRequest(req: IncomingMessage, res: ServerResponse): void;
 	authenticateRequest(req: GatewayRequest): Promise<void>;
-	beforeAction(req: GatewayRequest): Promise<void>;
+	beforeAction(req: GatewayRequest, actionName: string, params: Record<string, unknown>): Promise<void>;
+	touchDue(principal: Principal): boolean;
 	touchUser(ctx: Context, principal: Principal): Promise<void>;
 	sendProblem(req: GatewayRequest, res: ServerResponse, err: unknown): void;
 };
@@ -105,6 +117,7 @@ function isJsonContentType(req: IncomingMessage): boolean {
 
 /** body-parser's refusal as the problem the client gets. */
 function jsonBodyProblem(err: unknown): HttpProblem {
+	if (err instanceof JsonBodyProblem) return new HttpProblem(400, err.message);
 	const failure = err as { status?: number };
 	if (failure.status === 413) return new HttpProblem(413, `The body exceeds the ${BODY_LIMIT} limit`);
 	if (failure.status === 415) return new HttpProblem(415, "Unsupported body encoding or charset");
@@ -176,7 +189,10 @@ const ApiService: ServiceSchema<ServiceSettingSchema, ApiThis> = {
 					const ifMatch = req.headers["if-match"];
 					if (typeof ifMatch === "string") ctx.meta.ifMatch = ifMatch;
 				},
-				onAfterCall(this: ApiThis, ctx: Context<unknown, GatewayMeta>, _route: unknown, req: GatewayRequest, res: ServerResponse, data: unknown) {
+				async onAfterCall(this: ApiThis, ctx: Context<unknown, GatewayMeta>, _route: unknown, req: GatewayRequest, res: ServerResponse, data: unknown) {
+					// The action's change is made: a failure to refresh the user record must not turn its
+					// answer into an error, and the next request tries again.
+					if (req.$touchAfterSuccess) await this.touchUser(ctx, ctx.meta.principal!).catch(err => this.logger.warn("The user record was not refreshed", err));
 					const status = req.$action ? STATUS_BY_ACTION[req.$action.name] : undefined;
 					if (status) ctx.meta.$statusCode = status;
 					if (status === 201 && data && typeof data === "object" && "id" in data) {
@@ -261,19 +277,31 @@ const ApiService: ServiceSchema<ServiceSettingSchema, ApiThis> = {
 		},
 
 		/**
-		 * The user record is refreshed from the token only once the gateway has accepted the
-		 * request (limits, body, parameters), so that those refusals write nothing.
+		 * The user record is refreshed from the token only for a request that gets a success
+		 * answer, so that a refusal writes nothing: after the action, except for the actions that
+		 * show the record, which run once their params pass their own schema.
 		 */
-		async beforeAction(this: ApiThis, req: GatewayRequest): Promise<void> {
+		async beforeAction(this: ApiThis, req: GatewayRequest, actionName: string, params: Record<string, unknown>): Promise<void> {
 			const principal = req.$ctx.meta.principal;
-			if (principal) await this.touchUser(req.$ctx, principal);
+			if (!principal || !this.touchDue(principal)) return;
+			if (!USER_RECORD_ACTIONS.has(actionName)) {
+				req.$touchAfterSuccess = true;
+				return;
+			}
+			// The action will refuse these params (422): it must find the record as it was.
+			if (PARAMS_BY_ACTION.get(actionName)?.safeParse(params).success === false) return;
+			await this.touchUser(req.$ctx, principal);
+		},
+
+		/** False while the same claims were sent to users.touch a moment ago (no write would follow). */
+		touchDue(this: ApiThis, principal: Principal): boolean {
+			const seen = this.touchedUsers.get(principal.userId);
+			return !(seen && seen.fingerprint === touchFingerprint(principal) && Date.now() - seen.at < TOUCH_CACHE_TTL_MS);
 		},
 
 		async touchUser(this: ApiThis, ctx: Context, principal: Principal): Promise<void> {
-			const fingerprint = JSON.stringify([principal.customerId, principal.name, principal.email, principal.lastLogin]);
-			const seen = this.touchedUsers.get(principal.userId);
+			const fingerprint = touchFingerprint(principal);
 			const now = Date.now();
-			if (seen && seen.fingerprint === fingerprint && now - seen.at < TOUCH_CACHE_TTL_MS) return;
 			try {
 				await ctx.call("users.touch", principal);
 			} catch (err) {
@@ -321,18 +349,17 @@ const ApiService: ServiceSchema<ServiceSettingSchema, ApiThis> = {
 			},
 		];
 		// Not strict: a JSON string or number is valid JSON, so it gets the 422 below, not a 400.
-		const jsonParser = bodyParser.json({ limit: BODY_LIMIT, strict: false, type: () => true });
+		const jsonParser = bodyParser.json({ limit: BODY_LIMIT, strict: false, type: () => true, verify: (_req, _res, bytes) => checkJsonBody(bytes) });
 		const limitByAddress = (req: GatewayRequest, _res: ServerResponse, next: Next) => {
 			this.limitAddress(clientAddress(req)).then(() => next(), next);
 		};
 		const authenticate = (req: GatewayRequest, _res: ServerResponse, next: Next) => {
 			this.authenticateRequest(req).then(() => next(), next);
 		};
-		// Per principal, not per token string: a second token or another encoding of the same
-		// token shares the user's budget.
-		const limitByPrincipal = (req: GatewayRequest, res: ServerResponse, next: Next) => {
-			const principal = req.$ctx.meta.principal!;
-			this.limitPrincipal(JSON.stringify([principal.customerId, principal.userId])).then(budget => {
+		// Per customer, not per token or user: another token, another encoding of it, or another
+		// user of the same customer shares the customer's budget, so adding users buys no more.
+		const limitByCustomer = (req: GatewayRequest, res: ServerResponse, next: Next) => {
+			this.limitCustomer(req.$ctx.meta.customerId!).then(budget => {
 				setRateHeaders(res, budget);
 				next();
 			}, next);
@@ -343,7 +370,7 @@ const ApiService: ServiceSchema<ServiceSettingSchema, ApiThis> = {
 		eventsRoute.use = [
 			limitByAddress,
 			authenticate,
-			limitByPrincipal,
+			limitByCustomer,
 			(req: GatewayRequest, _res: ServerResponse, next: Next) => {
 				try {
 					requirePublishScope(req.$ctx.meta.principal);
@@ -365,7 +392,7 @@ const ApiService: ServiceSchema<ServiceSettingSchema, ApiThis> = {
 		route.use = [
 			limitByAddress,
 			authenticate,
-			limitByPrincipal,
+			limitByCustomer,
 			(req: GatewayRequest, res: ServerResponse, next: Next) => {
 				if (!METHODS_WITH_BODY.has(req.method ?? "") || !hasBody(req)) return next();
 				if (!isJsonContentType(req)) return next(new HttpProblem(415, "Send the body as JSON with Content-Type: application/json"));
@@ -393,7 +420,7 @@ const ApiService: ServiceSchema<ServiceSettingSchema, ApiThis> = {
 		this.verifyToken = createTokenVerifier(this.config);
 		this.touchedUsers = new Map();
 		const perMinute = this.config.RATE_LIMIT_PER_MINUTE;
-		this.limitPrincipal = createRateLimiter(perMinute, RATE_WINDOW_SECONDS);
+		this.limitCustomer = createRateLimiter(perMinute, RATE_WINDOW_SECONDS);
 		this.limitAddress = createRateLimiter(this.config.RATE_LIMIT_PER_ADDRESS_PER_MINUTE ?? 2 * perMinute, RATE_WINDOW_SECONDS);
 		this.limitUnsubscribe = createRateLimiter(UNSUBSCRIBE_LIMIT_PER_ADDRESS, RATE_WINDOW_SECONDS);
 		this.observeHttpRequest = httpRequestObserver(this.broker);

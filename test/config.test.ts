@@ -229,6 +229,21 @@ describe("configuration", () => {
 		});
 	});
 
+	it("bounds tokens and slow clients by default, and refuses bad values for those bounds", () => {
+		expect(parseConfig({})).toMatchObject({
+			AUTH_REQUIRE_CUSTOMER_CLAIM: false,
+			AUTH_MAX_TOKEN_AGE: 24 * 3_600_000,
+			HTTP_HEADERS_TIMEOUT: 15_000,
+			HTTP_REQUEST_TIMEOUT: 20_000,
+			HTTP_CONNECTIONS_PER_ADDRESS: 64,
+		});
+		expect(parseConfig({ AUTH_REQUIRE_CUSTOMER_CLAIM: "true", HTTP_CONNECTIONS_PER_ADDRESS: "0" })).toMatchObject({ AUTH_REQUIRE_CUSTOMER_CLAIM: true, HTTP_CONNECTIONS_PER_ADDRESS: 0 });
+		const dataDir = newDataDir();
+		expect(configError({ AUTH_REQUIRE_CUSTOMER_CLAIM: "yes", DATA_DIR: dataDir })).toMatch(/AUTH_REQUIRE_CUSTOMER_CLAIM: must be true or false/);
+		expect(configError({ AUTH_MAX_TOKEN_AGE: "24", DATA_DIR: dataDir })).toMatch(/AUTH_MAX_TOKEN_AGE: "24" has no unit/);
+		expect(configError({ HTTP_CONNECTIONS_PER_ADDRESS: "-1", DATA_DIR: dataDir })).toMatch(/HTTP_CONNECTIONS_PER_ADDRESS/);
+	});
+
 	it("is documented in full: the README's configuration table lists exactly the variables the service reads", () => {
 		const readme = fs.readFileSync(path.join(ROOT, "README.md"), "utf8");
 		const section = readme.split(/^## /m).find(part => part.startsWith("Configuration\n"));

@@ -42,7 +42,7 @@ describe.each(testDatabases())("two dispatcher instances on %s", database => {
 		for (let i = 0; i < EVENTS; i++) {
 			const eventId = crypto.randomUUID();
 			eventIds.push(eventId);
-			first.stack.app.broker.emit("tasking.order_status", { event_id: eventId, customer_id: "alice", user_id: "alice", order_id: `o-${i}`, status: "committed" });
+			first.stack.app.broker.emit("tasking.order_status", { event_id: eventId, customer_id: "~alice", user_id: "alice", order_id: `o-${i}`, status: "committed" });
 		}
 		const total = EVENTS * WEBHOOKS;
 		const succeeded = () => first.stack.db("deliveries").whereIn("event_id", eventIds).andWhere({ status: "succeeded" }).count({ count: "*" });

@@ -391,7 +391,7 @@ describe.each(testDatabases())("rate limits on %s", database => {
 	});
 	afterAll(() => stack?.stop());
 
-	it("limits the principal, not the token: a second token of the same user shares the budget", async () => {
+	it("limits the customer, not the token: a second token of the same user shares the budget", async () => {
 		const first = await stack.token("hasty", { customer: "acme" });
 		const second = await stack.token("hasty", { customer: "acme", email: "hasty@example.com" });
 		expect((await stack.request("GET", "/id/v3/webhooks", { token: first })).status).toBe(200);
@@ -412,8 +412,9 @@ describe.each(testDatabases())("rate limits on %s", database => {
 		expectProblem(later, 429);
 		expect(Number(later.headers.get("retry-after"))).toBeLessThan(firstWait);
 
-		// Another user of the same customer has a budget of their own.
-		expect((await stack.request("GET", "/id/v3/webhooks", { token: await stack.token("calm", { customer: "acme" }) })).status).toBe(200);
+		// The budget is the customer's: another user of it waits too, another customer does not.
+		expectProblem(await stack.request("GET", "/id/v3/webhooks", { token: await stack.token("calm", { customer: "acme" }) }), 429);
+		expect((await stack.request("GET", "/id/v3/webhooks", { token: await stack.token("calm", { customer: "zeta" }) })).status).toBe(200);
 	});
 
 	it("counts requests with bad tokens against the client address", async () => {

@@ -12,6 +12,7 @@ import { spawn } from "node:child_process";
 import path from "node:path";
 import { parseConfig } from "../lib/config";
 import type { OutboxEntry } from "../services/notifier.service";
+import { implicitCustomerId } from "../lib/customers";
 
 const TOPIC = "tasking:order_status";
 const sleep = (ms: number) => new Promise(resolve => setTimeout(resolve, ms));
@@ -64,7 +65,7 @@ describe("intake, embedded mode", () => {
 	it("dispatcher.publish reaches the notifier too, under the event_id it answers with", async () => {
 		const token = await optIn(env, "pub-alice");
 		const webhook = await env.createWebhook(token);
-		const customerId = (await env.stack.request("GET", "/id/v3/user/details", { token })).body.customer_id ?? "pub-alice";
+		const customerId = implicitCustomerId("pub-alice");
 		const answer: { event_id: string; deliveries: number } = await env.stack.app.broker.call("dispatcher.publish", fulfilledOrder("pub-alice", customerId));
 		expect(answer.deliveries).toBe(1);
 		const [email] = await eventually("the email", async () => {
@@ -120,7 +121,7 @@ describeWithNats("intake, cluster mode on JetStream", () => {
 	it("delivers an event sent to the channel as a webhook and an email, under one derived event_id", async () => {
 		const token = await optIn(env, "chan-bob");
 		const webhook = await env.createWebhook(token);
-		const customerId = (await env.stack.request("GET", "/id/v3/user/details", { token })).body.customer_id ?? "chan-bob";
+		const customerId = implicitCustomerId("chan-bob");
 		// No event_id: both groups derive the same one from the stored message.
 		await (producer as unknown as { sendToChannel(channel: string, payload: unknown): Promise<void> }).sendToChannel("tasking.order_status", fulfilledOrder("chan-bob", customerId));
 		await eventually("the delivery", async () => (env.received(webhook).length ? true : undefined));
@@ -135,7 +136,7 @@ describeWithNats("intake, cluster mode on JetStream", () => {
 	it("acknowledges each event once per group after persisting it, with no work-in-progress message before", async () => {
 		const token = await optIn(env, "chan-dan");
 		const webhook = await env.createWebhook(token);
-		const customerId = (await env.stack.request("GET", "/id/v3/user/details", { token })).body.customer_id ?? "chan-dan";
+		const customerId = implicitCustomerId("chan-dan");
 		// Every acknowledgement a consumer sends is a core NATS publish on the stream's $JS.ACK subjects.
 		const nats = await connectToNats(TEST_NATS_URL, "intake-ack-watch");
 		const answers: string[] = [];
@@ -174,8 +175,8 @@ describeWithNats("intake, cluster mode on JetStream", () => {
 	});
 
 	it("dispatcher.publish hands the event to the notifier through the channel", async () => {
-		const token = await optIn(env, "chan-carol");
-		const customerId = (await env.stack.request("GET", "/id/v3/user/details", { token })).body.customer_id ?? "chan-carol";
+		await optIn(env, "chan-carol");
+		const customerId = implicitCustomerId("chan-carol");
 		const answer: { event_id: string } = await env.stack.app.broker.call("dispatcher.publish", fulfilledOrder("chan-carol", customerId));
 		const [email] = await eventually("the email", async () => {
 			const rows = await outboxFor(env, "chan-carol");
@@ -187,7 +188,7 @@ describeWithNats("intake, cluster mode on JetStream", () => {
 	it("npm run replay-dead-letters sends dead-lettered events back through the channel, once", async () => {
 		const token = await optIn(env, "chan-dave");
 		const webhook = await env.createWebhook(token);
-		const customerId = (await env.stack.request("GET", "/id/v3/user/details", { token })).body.customer_id ?? "chan-dave";
+		const customerId = implicitCustomerId("chan-dave");
 		const event = { ...fulfilledOrder("chan-dave", customerId), event_id: crypto.randomUUID() };
 		// As a consumer that gave up on it leaves it: in the dead-letter stream, with its group.
 		await deadLetter(producer, namespace, "notifier", event);

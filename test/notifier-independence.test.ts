@@ -45,7 +45,7 @@ describe.each(testDatabases())("email independent of webhook delivery on %s", da
 		for (const [index, eventId] of eventIds.entries()) {
 			await stack.app.broker.emit("tasking.order_status", {
 				event_id: eventId,
-				customer_id: "alice",
+				customer_id: "~alice",
 				user_id: "alice",
 				order_id: `ord-${index}`,
 				status: ["fulfilled", "failed", "expired"][index],

@@ -129,6 +129,13 @@ describe("OpenAPI document (structure)", () => {
 		);
 		const unsubscribe = (document.paths as Json)["/email/unsubscribe"].post.requestBody.content;
 		expect(Object.keys(unsubscribe)).toEqual(["application/x-www-form-urlencoded"]);
+		// RFC 8058 one-click posts only List-Unsubscribe=One-Click, the token staying in the link's
+		// query string: neither place may require it alone.
+		const form = unsubscribe["application/x-www-form-urlencoded"].schema;
+		expect(form.required ?? []).not.toContain("token");
+		expect(Object.keys(form.properties).sort()).toEqual(["List-Unsubscribe", "token"]);
+		const linkToken = (document.paths as Json)["/email/unsubscribe"].post.parameters.find((parameter: Json) => parameter.name === "token");
+		expect(linkToken).toMatchObject({ in: "query", required: false });
 	});
 
 	it("has one operation per entry of OPERATIONS", () => {

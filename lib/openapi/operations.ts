@@ -19,8 +19,11 @@ const API_BASE = "/id/v3";
 const UpdateSettings = z.object({ notifications: NotificationsUpdate }).strict();
 
 const UnsubscribeQuery = z.object({ token: z.string().max(MAX_UNSUBSCRIBE_TOKEN_LENGTH).describe("The signed token from the email's link") });
+// The token comes once: in the link's query string (RFC 8058 one-click, whose body is only
+// List-Unsubscribe=One-Click) or in the confirmation page's form. Neither place requires it alone.
+const UnsubscribeLinkQuery = UnsubscribeQuery.partial();
 const UnsubscribeForm = z.object({
-	token: z.string().min(1).max(MAX_UNSUBSCRIBE_TOKEN_LENGTH),
+	token: z.string().min(1).max(MAX_UNSUBSCRIBE_TOKEN_LENGTH).optional().describe("The signed token, when the link's query string does not carry it"),
 	"List-Unsubscribe": z.literal("One-Click").optional().describe("Sent by mail clients doing RFC 8058 one-click unsubscribe"),
 });
 
@@ -259,8 +262,9 @@ export const OPERATIONS: Operation[] = [
 		action: "notifier.unsubscribe",
 		tag: "Email",
 		summary: "Turn off the email the link was for (RFC 8058 one-click)",
+		description: "The signed token goes in the query string (the email's List-Unsubscribe link) or in the form body, exactly once; without it the answer is 422.",
 		public: true,
-		query: UnsubscribeQuery,
+		query: UnsubscribeLinkQuery,
 		formBody: UnsubscribeForm,
 		success: { status: 200, description: "An HTML page confirming the change", html: true },
 		errors: [413, 422, 429],

@@ -26,20 +26,32 @@ export function displayTextProblem(text: string): string | undefined {
 }
 
 /**
- * A name people read and compare: trimmed, in Unicode NFC (so composed and decomposed accents
- * are one name), without hidden characters.
+ * The form a name is stored and compared in: Unicode NFKC, so that composed and decomposed
+ * accents, full-width letters, ligatures and the no-break or em space are the plain character
+ * they look like, with each run of spaces folded into one. Letters of different scripts that
+ * look alike (Greek capital alpha, Latin A) stay apart: telling them together takes a table of
+ * confusables, would merge real names in those scripts, and a name is a label the customer who
+ * owns every one of its webhooks reads, never a credential.
+ */
+export function comparableName(text: string): string {
+	return text.normalize("NFKC").replace(/\s+/gu, " ").trim();
+}
+
+/**
+ * A name people read and compare: without hidden characters, then stored in its comparable form
+ * (comparableName), so that look-alike spellings are one name.
  */
 export function displayName(max: number) {
 	return z
 		.string()
 		.trim()
-		.normalize("NFC")
-		.min(1, "must not be empty")
-		.max(max, `must be at most ${max} characters`)
 		.check(context => {
 			const problem = displayTextProblem(context.value);
 			if (problem) context.issues.push({ code: "custom", message: problem, input: context.value });
-		});
+		})
+		.overwrite(comparableName)
+		.min(1, "must not be empty")
+		.max(max, `must be at most ${max} characters`);
 }
 
 /**

@@ -1,9 +1,15 @@
 // The `tasking.order_status` event that other microservices emit (API.md, "Events from other
 // services"). Both the dispatcher and the notifier validate with this one schema.
 import { z } from "zod";
+import { CUSTOMER_ID_PATTERN, EXTERNAL_ID_PATTERN } from "../customers";
 
-/** User and customer ids: the same shape the gateway accepts from token claims. */
-export const ExternalId = z.string().regex(/^[\w.@|:+-]{1,200}$/, "must be 1..200 characters of letters, digits and . @ | : + - _");
+/** User ids and named customers' ids: the same shape the gateway accepts from token claims. */
+export const ExternalId = z.string().regex(EXTERNAL_ID_PATTERN, "must be 1..200 characters of letters, digits and . @ | : + - _");
+
+/** A customer id: a named customer's, or "~" and the id of a user who is their own customer (lib/customers.ts). */
+export const CustomerId = z
+	.string()
+	.regex(CUSTOMER_ID_PATTERN, "must be 1..200 characters of letters, digits and . @ | : + - _, or ~ and a user id (a user who is their own customer)");
 
 export const ORDER_STATUSES = ["committed", "staged", "in progress", "fulfilled", "failed", "rejected", "cancelled", "expired"] as const;
 export type OrderStatus = (typeof ORDER_STATUSES)[number];
@@ -25,7 +31,7 @@ const OrderStatusValue = z
  */
 export const TaskingOrderStatusEvent = z.object({
 	event_id: z.uuid({ message: "must be a UUID" }).optional(),
-	customer_id: ExternalId.optional(),
+	customer_id: CustomerId.optional(),
 	user_id: ExternalId,
 	order_id: z.string().trim().min(1).max(200),
 	status: OrderStatusValue,

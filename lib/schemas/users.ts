@@ -1,7 +1,7 @@
 // Schemas of the users service: the GET /user/details body, the PUT /user/settings body and
 // the internal actions other services call (CONTRIBUTING.md, "users").
 import { z } from "zod";
-import { ExternalId } from "./events";
+import { CustomerId, ExternalId } from "./events";
 import { TopicName } from "./topics";
 
 const MAX_CATEGORY_ENTRIES = 100;
@@ -10,7 +10,7 @@ const MAX_SETTINGS_PER_CATEGORY = 200;
 /** What the gateway sends after verifying a token (lib/auth.ts Principal). */
 export const TouchParams = z.object({
 	userId: ExternalId,
-	customerId: ExternalId,
+	customerId: CustomerId,
 	name: z.string().max(200).nullable(),
 	email: z.string().max(320).nullable(),
 	lastLogin: z.iso.datetime({ message: "must be an ISO 8601 timestamp" }).nullable(),

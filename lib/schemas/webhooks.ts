@@ -4,7 +4,7 @@
 // lib/url-policy.ts and runs in the service, after these schemas.
 import { z } from "zod";
 import { displayName, PageContext, PageLink, PageQuery } from "./common";
-import { ExternalId } from "./events";
+import { CustomerId } from "./events";
 import { MAX_WEBHOOK_URL_LENGTH } from "../url-policy";
 import { MAX_CUSTOM_HEADERS, headerNameProblem, headerValueProblem } from "../webhook-headers";
 
@@ -146,7 +146,7 @@ export type WebhookPage = z.infer<typeof WebhookPage>;
 
 // Internal actions (service contracts in CONTRIBUTING.md).
 
-export const SubscribersParams = z.object({ customerId: ExternalId, topic: z.string().min(1).max(100) }).strict();
+export const SubscribersParams = z.object({ customerId: CustomerId, topic: z.string().min(1).max(100) }).strict();
 export type SubscribersParams = z.output<typeof SubscribersParams>;
 
 export const ResolveParams = z.object({ ids: z.array(WebhookId).max(1000) }).strict();
@@ -221,7 +221,7 @@ export type WebhookDisabledMessage = z.infer<typeof WebhookDisabledMessage>;
 export const WebhookDisabledEvent = z
 	.object({
 		id: WebhookId,
-		customerId: ExternalId,
+		customerId: CustomerId,
 		name: z.string().max(MAX_WEBHOOK_NAME_LENGTH),
 		url: WebhookUrl,
 		reason: DisabledReason,

@@ -21,6 +21,7 @@ import { ServiceBroker, type Middleware } from "moleculer";
 import { Middleware as ChannelsMiddleware } from "@moleculer/channels";
 import { connect } from "nats";
 import { mintToken } from "../../lib/auth";
+import { implicitCustomerId } from "../../lib/customers";
 import { intakeDeliverSubject, intakeNames, type IntakeGroup } from "../../lib/intake-channel";
 import { parseConfig } from "../../lib/config";
 import { EMAIL_STATUSES, ORDER_STATUSES, TASKING_ORDER_STATUS_EVENT, type OrderStatus, type TaskingOrderStatusInput } from "../../lib/schemas/events";
@@ -320,8 +321,8 @@ export class Cluster {
 	}
 
 	token(sub: string, claims: { customer?: string; email?: string; name?: string; scope?: string } = {}): Promise<string> {
-		// As the gateway does: the customer claim, or the user's own id when there is none.
-		this.userCustomers.set(sub, claims.customer ?? sub);
+		// As the gateway does: the customer claim, or the user's own (implicit) customer.
+		this.userCustomers.set(sub, claims.customer ?? implicitCustomerId(sub));
 		return mintToken(parseConfig({ AUTH_JWT_SECRET: this.jwtSecret }), { sub, ...claims });
 	}
 
