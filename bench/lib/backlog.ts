@@ -82,6 +82,8 @@ interface BurstFigures {
 	lost: number;
 	repeats: number;
 	valid: boolean;
+	/** The webhook request as the receiver read it: request line, headers and body, without TLS. */
+	http_request_bytes_per_delivery: number | null;
 	seconds: number;
 	/** Until the producer's last send was acknowledged (the channel, or the database embedded). */
 	intake_seconds: number;
@@ -164,6 +166,7 @@ async function burst(harness: BacklogHarness, deployment: BacklogDeployment, del
 	const expected = events.length * webhooks;
 	const baseOk = receivers.ok;
 	const baseRepeats = receivers.repeats;
+	const baseBytes = receivers.okBytes;
 	const claimsBefore = claimTotals(await harness.probe(deployment.dispatchers));
 	await harness.probe([...deployment.nodes, receivers.child]); // starts every process's CPU window
 	const counters = deployment.engine === "postgresql" ? await databaseCounters(deployment.db) : undefined;
@@ -201,6 +204,7 @@ async function burst(harness: BacklogHarness, deployment: BacklogDeployment, del
 		lost: expected - received,
 		repeats: receivers.repeats - baseRepeats,
 		valid,
+		http_request_bytes_per_delivery: received > 0 ? round((receivers.okBytes - baseBytes) / received) : null,
 		seconds: round(seconds),
 		intake_seconds: round(intakeSeconds),
 		deliveries_per_s: valid ? round(expected / seconds) : null,

@@ -18,15 +18,22 @@ export const SLOW_MS = 100;
 export interface ReceiverReady {
 	ports: number[];
 }
-export type ReceiverMessage = { type: "count"; ok: number; repeats: number; slow: number; fail: number } | { type: "samples"; samples: Array<[number, number]> };
+export type ReceiverMessage = { type: "count"; ok: number; repeats: number; slow: number; fail: number; okBytes: number } | { type: "samples"; samples: Array<[number, number]> };
 
 export const monotonicMs = () => Number(process.hrtime.bigint()) / 1e6;
+
+function requestBytes(method = "", url = "", rawHeaders: string[], body: Buffer[]): number {
+	let bytes = method.length + url.length + 12; // "POST /p HTTP/1.1\r\n"
+	for (let i = 0; i < rawHeaders.length; i += 2) bytes += rawHeaders[i].length + rawHeaders[i + 1].length + 4;
+	return bytes + 2 + body.reduce((sum, chunk) => sum + chunk.length, 0);
+}
 
 function main(): void {
 	const kinds = (process.env.RECEIVER_ENDPOINTS ?? "ok").split(",") as EndpointKind[];
 	const key = process.env.RECEIVER_KEY!;
 	const cert = process.env.RECEIVER_CERT!;
-	const counts = { ok: 0, repeats: 0, slow: 0, fail: 0 };
+	// okBytes: the HTTP request bytes of the "ok" answers (request line, headers, body; not TLS).
+	const counts = { ok: 0, repeats: 0, slow: 0, fail: 0, okBytes: 0 };
 	const okIds = new Set<string>();
 	let samples: Array<[number, number]> = [];
 	let reported = -1;
@@ -43,6 +50,7 @@ function main(): void {
 					else {
 						okIds.add(String(req.headers["webhook-id"]));
 						counts.ok += 1;
+						counts.okBytes += requestBytes(req.method, req.url, req.rawHeaders, chunks);
 					}
 					res.writeHead(status, { "content-type": "text/plain" });
 					res.end(status === 200 ? "ok" : "nope");

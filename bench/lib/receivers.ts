@@ -9,6 +9,8 @@ export class Receivers {
 	ok = 0;
 	/** Further requests for a message id an "ok" endpoint had already answered. */
 	repeats = 0;
+	/** HTTP request bytes (not TLS) of those "ok" answers, since the start. */
+	okBytes = 0;
 	slow = 0;
 	fail = 0;
 	private waiters: Array<{ count: number; resolve(): void }> = [];
@@ -17,7 +19,7 @@ export class Receivers {
 	constructor(readonly child: ChildServer<ReceiverReady>) {
 		child.process.on("message", (message: ReceiverMessage) => {
 			if (message.type === "count") {
-				({ ok: this.ok, repeats: this.repeats, slow: this.slow, fail: this.fail } = message);
+				({ ok: this.ok, repeats: this.repeats, slow: this.slow, fail: this.fail, okBytes: this.okBytes } = message);
 				const waiting = this.waiters;
 				this.waiters = waiting.filter(waiter => waiter.count > this.ok);
 				for (const waiter of waiting) if (waiter.count <= this.ok) waiter.resolve();
