@@ -12,7 +12,9 @@
 // are in mixins/webhooks/shared.ts.
 import crypto from "node:crypto";
 import type { Context, ServiceSchema, ServiceSettingSchema } from "moleculer";
-import { DbMixin, nowIso } from "../mixins/db.mixin";
+import type { Knex } from "knex";
+import { DbMixin, isPostgres, nowIso } from "../mixins/db.mixin";
+import { createSqliteReadCache } from "../lib/sqlite-read-cache";
 import { zodParams } from "../mixins/validation";
 import { webhooksMigrations, brokenUniqueRule } from "../migrations/webhooks";
 import { ClientProblem, ConflictError, NotFoundError, UnprocessableError, type FieldProblem } from "../lib/errors";
@@ -116,22 +118,37 @@ const WebhooksService: ServiceSchema<ServiceSettingSchema, WebhooksThis> = {
 				const customerId = this.tenantOf(ctx);
 				const { per_page: perPage, token } = ctx.params;
 				const cursor = decodeCursor(token);
-				let query = this.db("webhooks")
-					.select([...PUBLIC_COLUMNS])
-					.where({ customer_id: customerId })
-					.orderBy([{ column: "created_at" }, { column: "id" }])
-					.limit(perPage + 1);
-				if (cursor) {
-					query = query.andWhere(after =>
-						after.where("created_at", ">", cursor.at).orWhere(tie => tie.where("created_at", "=", cursor.at).andWhere("id", ">", cursor.id)),
-					);
-				}
-				const rows: PublicWebhookRow[] = await query;
+				const pageQuery = () => {
+					const query = this.db("webhooks")
+						.select([...PUBLIC_COLUMNS])
+						.where({ customer_id: customerId })
+						.orderBy([{ column: "created_at" }, { column: "id" }])
+						.limit(perPage + 1);
+					return cursor
+						? query.andWhere(after =>
+								after.where("created_at", ">", cursor.at).orWhere(tie => tie.where("created_at", "=", cursor.at).andWhere("id", ">", cursor.id)),
+							)
+						: query;
+				};
+				const countQuery = () => this.db("webhooks").where({ customer_id: customerId }).count({ count: "*" });
 				// A first page that holds everything already tells how many match.
-				const matched =
-					!cursor && rows.length <= perPage
-						? rows.length
-						: Number((await this.db("webhooks").where({ customer_id: customerId }).count({ count: "*" }))[0].count);
+				const everythingShown = (rows: PublicWebhookRow[]) => !cursor && rows.length <= perPage;
+				let rows: PublicWebhookRow[];
+				let matched: number;
+				if (this.cachedRead) {
+					// Embedded SQLite: the same statements, run synchronously, and kept while the database is unchanged.
+					({ rows, matched } = await this.cachedRead(JSON.stringify(["list", customerId, perPage, token ?? null]), connection => {
+						const run = (query: { toSQL(): Knex.Sql }) => {
+							const { sql, bindings } = query.toSQL().toNative();
+							return connection.prepare(sql).all(bindings) as Array<Record<string, unknown>>;
+						};
+						const pageRows = run(pageQuery()) as unknown as PublicWebhookRow[];
+						return { rows: pageRows, matched: everythingShown(pageRows) ? pageRows.length : Number(run(countQuery())[0].count) };
+					}));
+				} else {
+					rows = await pageQuery();
+					matched = everythingShown(rows) ? rows.length : Number((await countQuery())[0].count);
+				}
 				const page = buildPage(
 					rows,
 					perPage,
@@ -261,6 +278,7 @@ const WebhooksService: ServiceSchema<ServiceSettingSchema, WebhooksThis> = {
 		this.allowList = parseAllowList(this.config.WEBHOOK_ALLOW_NETS);
 		if (!this.config.SECRETS_KEY) throw new Error("SECRETS_KEY is not configured: webhook secrets cannot be encrypted");
 		this.secretsKey = this.config.SECRETS_KEY;
+		this.cachedRead = isPostgres(this.db) ? undefined : createSqliteReadCache(this.db);
 		this.disables = counter(this.broker, "webhooks_disabled_total", "Webhooks disabled, by reason (user, gone, failing)", ["reason"]);
 	},
 };
