@@ -13,8 +13,9 @@
 import crypto from "node:crypto";
 import type { Context, ServiceSchema, ServiceSettingSchema } from "moleculer";
 import type { Knex } from "knex";
-import { DbMixin, isPostgres, nowIso } from "../mixins/db.mixin";
-import { createSqliteReadCache } from "../lib/sqlite-read-cache";
+import { DbMixin, nowIso, sqliteFilename } from "../mixins/db.mixin";
+import { sqliteReadCache, type SqliteReadConnection } from "../lib/sqlite-read-cache";
+import { frozenAnswer } from "../lib/frozen-json";
 import { zodParams } from "../mixins/validation";
 import { webhooksMigrations, brokenUniqueRule } from "../migrations/webhooks";
 import { ClientProblem, ConflictError, NotFoundError, UnprocessableError, type FieldProblem } from "../lib/errors";
@@ -26,7 +27,7 @@ import { PUBLIC_COLUMNS, type PublicWebhookRow, type TenantMeta, type WebhookRow
 import { SecretsMixin } from "../mixins/webhooks/secrets.mixin";
 import { PeersMixin } from "../mixins/webhooks/peers.mixin";
 import { parseAllowList } from "../lib/address-ranges";
-import { buildPage, decodeCursor } from "../lib/pagination";
+import { buildPage, decodeCursor, type Cursor } from "../lib/pagination";
 import { checkWebhookUrl } from "../lib/url-policy";
 import { counter } from "../lib/metrics";
 import type { CatalogueTopic } from "../lib/schemas/topics";
@@ -56,6 +57,57 @@ const parts = [
 	// actions subscribers, resolve, owner, disable, find (broker only, not routed by the gateway)
 	PeersMixin,
 ] as Partial<ServiceSchema>[];
+
+/** What GET /webhooks asks for: whose webhooks, how many, after which one. */
+interface Listing {
+	customerId: string;
+	perPage: number;
+	cursor: Cursor | undefined;
+}
+
+/** The rows of a page, oldest first, plus one that tells whether a next page exists. */
+function pageQuery(db: Knex, { customerId, perPage, cursor }: Listing) {
+	const query = db("webhooks")
+		.select([...PUBLIC_COLUMNS])
+		.where({ customer_id: customerId })
+		.orderBy([{ column: "created_at" }, { column: "id" }])
+		.limit(perPage + 1);
+	return cursor
+		? query.andWhere(after => after.where("created_at", ">", cursor.at).orWhere(tie => tie.where("created_at", "=", cursor.at).andWhere("id", ">", cursor.id)))
+		: query;
+}
+
+function countQuery(db: Knex, customerId: string) {
+	return db("webhooks").where({ customer_id: customerId }).count({ count: "*" });
+}
+
+/** A first page that holds everything already tells how many match. */
+function everythingShown({ cursor, perPage }: Listing, rows: PublicWebhookRow[]): boolean {
+	return !cursor && rows.length <= perPage;
+}
+
+function pageOf({ perPage }: Listing, rows: PublicWebhookRow[], matched: number, present: (row: PublicWebhookRow) => WebhookView): WebhookPage {
+	const page = buildPage(
+		rows,
+		perPage,
+		matched,
+		row => ({ at: row.created_at, id: row.id }),
+		present,
+		next => `${LIST_PATH}?per_page=${perPage}&token=${encodeURIComponent(next)}`,
+	);
+	return { webhooks: page.items, context: page.context, links: page.links };
+}
+
+/** One page, read synchronously on SQLite (lib/sqlite-read-cache.ts) and frozen so that it can be kept. */
+function readPageSync(db: Knex, connection: SqliteReadConnection, listing: Listing, present: (row: PublicWebhookRow) => WebhookView): Readonly<WebhookPage> {
+	const run = (query: { toSQL(): Knex.Sql }) => {
+		const { sql, bindings } = query.toSQL().toNative();
+		return connection.prepare(sql).all(bindings) as Array<Record<string, unknown>>;
+	};
+	const rows = run(pageQuery(db, listing)) as unknown as PublicWebhookRow[];
+	const matched = everythingShown(listing, rows) ? rows.length : Number(run(countQuery(db, listing.customerId))[0].count);
+	return frozenAnswer(pageOf(listing, rows, matched, present));
+}
 
 function rejectIfAny(problems: FieldProblem[]): void {
 	if (problems.length === 0) return;
@@ -117,47 +169,17 @@ const WebhooksService: ServiceSchema<ServiceSettingSchema, WebhooksThis> = {
 			async handler(this: WebhooksThis, ctx: Context<ListWebhooks, TenantMeta>): Promise<WebhookPage> {
 				const customerId = this.tenantOf(ctx);
 				const { per_page: perPage, token } = ctx.params;
-				const cursor = decodeCursor(token);
-				const pageQuery = () => {
-					const query = this.db("webhooks")
-						.select([...PUBLIC_COLUMNS])
-						.where({ customer_id: customerId })
-						.orderBy([{ column: "created_at" }, { column: "id" }])
-						.limit(perPage + 1);
-					return cursor
-						? query.andWhere(after =>
-								after.where("created_at", ">", cursor.at).orWhere(tie => tie.where("created_at", "=", cursor.at).andWhere("id", ">", cursor.id)),
-							)
-						: query;
-				};
-				const countQuery = () => this.db("webhooks").where({ customer_id: customerId }).count({ count: "*" });
-				// A first page that holds everything already tells how many match.
-				const everythingShown = (rows: PublicWebhookRow[]) => !cursor && rows.length <= perPage;
-				let rows: PublicWebhookRow[];
-				let matched: number;
-				if (this.cachedRead) {
-					// Embedded SQLite: the same statements, run synchronously, and kept while the database is unchanged.
-					({ rows, matched } = await this.cachedRead(JSON.stringify(["list", customerId, perPage, token ?? null]), connection => {
-						const run = (query: { toSQL(): Knex.Sql }) => {
-							const { sql, bindings } = query.toSQL().toNative();
-							return connection.prepare(sql).all(bindings) as Array<Record<string, unknown>>;
-						};
-						const pageRows = run(pageQuery()) as unknown as PublicWebhookRow[];
-						return { rows: pageRows, matched: everythingShown(pageRows) ? pageRows.length : Number(run(countQuery())[0].count) };
-					}));
-				} else {
-					rows = await pageQuery();
-					matched = everythingShown(rows) ? rows.length : Number((await countQuery())[0].count);
+				const listing: Listing = { customerId, perPage, cursor: decodeCursor(token) };
+				if (!this.listCache) {
+					const rows: PublicWebhookRow[] = await pageQuery(this.db, listing);
+					const matched = everythingShown(listing, rows) ? rows.length : Number((await countQuery(this.db, customerId))[0].count);
+					return pageOf(listing, rows, matched, row => this.present(row));
 				}
-				const page = buildPage(
-					rows,
-					perPage,
-					matched,
-					row => ({ at: row.created_at, id: row.id }),
-					row => this.present(row),
-					next => `${LIST_PATH}?per_page=${perPage}&token=${encodeURIComponent(next)}`,
+				// Embedded SQLite: the same statements, run synchronously; the page is kept, frozen, until
+				// something is committed.
+				return this.listCache.read(JSON.stringify(["list", customerId, perPage, token ?? null]), connection =>
+					readPageSync(this.db, connection, listing, row => this.present(row)),
 				);
-				return { webhooks: page.items, context: page.context, links: page.links };
 			},
 		},
 
@@ -278,8 +300,13 @@ const WebhooksService: ServiceSchema<ServiceSettingSchema, WebhooksThis> = {
 		this.allowList = parseAllowList(this.config.WEBHOOK_ALLOW_NETS);
 		if (!this.config.SECRETS_KEY) throw new Error("SECRETS_KEY is not configured: webhook secrets cannot be encrypted");
 		this.secretsKey = this.config.SECRETS_KEY;
-		this.cachedRead = isPostgres(this.db) ? undefined : createSqliteReadCache(this.db);
+		const filename = sqliteFilename(this.db);
+		this.listCache = filename ? sqliteReadCache(filename) : undefined;
 		this.disables = counter(this.broker, "webhooks_disabled_total", "Webhooks disabled, by reason (user, gone, failing)", ["reason"]);
+	},
+
+	stopped(this: WebhooksThis) {
+		this.listCache?.close();
 	},
 };
 
