@@ -28,8 +28,11 @@ export interface SqliteReadCache {
 	close(): void;
 }
 
-/** `filename`: the service's SQLite database, which must exist (opened at the first read). */
-export function sqliteReadCache(filename: string, maxEntries = 1_000): SqliteReadCache {
+/**
+ * `filename`: the service's SQLite database, which must exist (opened at the first read).
+ * `maxEntries` bounds the memory: a page of 100 webhooks, objects and JSON, is about 100 kB.
+ */
+export function sqliteReadCache(filename: string, maxEntries = 256): SqliteReadCache {
 	let connection: SqliteDatabase | undefined;
 	let dataVersion: { get(): unknown } | undefined;
 	let entriesVersion: unknown;
