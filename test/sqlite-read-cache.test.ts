@@ -79,30 +79,28 @@ describe("SQLite read cache", () => {
 		}
 	});
 
-	it("never sees a transaction that is still open, and keeps its answer when it is rolled back", async () => {
-		readNames();
+	/** Opens a transaction on the service's connection, runs `whileOpen`, then ends it with `end`. */
+	async function inOpenTransaction(insertedName: string, whileOpen: () => void, end: "COMMIT" | "ROLLBACK"): Promise<void> {
 		const connection = (await service.client.acquireConnection()) as { exec(sql: string): unknown };
 		try {
-			connection.exec("BEGIN; INSERT INTO things (name) VALUES ('uncommitted')");
-			expect(readNames()).toEqual(["a"]);
-			connection.exec("ROLLBACK");
+			connection.exec(`BEGIN; INSERT INTO things (name) VALUES ('${insertedName}')`);
+			whileOpen();
+			connection.exec(end);
 		} finally {
 			await service.client.releaseConnection(connection);
 		}
+	}
+
+	it("never sees a transaction that is still open, and keeps its answer when it is rolled back", async () => {
+		readNames();
+		await inOpenTransaction("uncommitted", () => expect(readNames()).toEqual(["a"]), "ROLLBACK");
 		expect(readNames()).toEqual(["a"]);
 		expect(reads).toBe(1);
 	});
 
 	it("sees a transaction once it commits", async () => {
 		readNames();
-		const connection = (await service.client.acquireConnection()) as { exec(sql: string): unknown };
-		try {
-			connection.exec("BEGIN; INSERT INTO things (name) VALUES ('committed')");
-			expect(readNames()).toEqual(["a"]);
-			connection.exec("COMMIT");
-		} finally {
-			await service.client.releaseConnection(connection);
-		}
+		await inOpenTransaction("committed", () => expect(readNames()).toEqual(["a"]), "COMMIT");
 		expect(readNames()).toEqual(["a", "committed"]);
 		expect(reads).toBe(2);
 	});
