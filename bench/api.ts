@@ -10,6 +10,7 @@
 //   rate limit raised so that it does not answer 429;
 // - a customer is seeded with 25 webhooks through the API, so GET /webhooks returns a full page;
 // - POST /webhooks sends a unique name and URL on every request.
+// BENCH_PROFILE_DIR=<dir> runs both servers with --cpu-prof into <dir>/baseline and <dir>/stack.
 import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
@@ -70,8 +71,10 @@ export async function run(): Promise<object> {
 	resolveSecrets(config);
 	const token = await mintToken(config, { sub: "bench-user", customer: "bench-customer", email: "bench@example.com", expiresIn: "2h" });
 
-	const baseline = await startChild<Ready>(path.join(__dirname, "lib", "baseline-server.ts"), {});
-	const stack = await startChild<Ready>(path.join(__dirname, "lib", "api-server.ts"), env);
+	const profileDir = process.env.BENCH_PROFILE_DIR;
+	const nodeOptions = (name: string) => (profileDir ? ["--cpu-prof", `--cpu-prof-dir=${path.join(profileDir, name)}`] : []);
+	const baseline = await startChild<Ready>(path.join(__dirname, "lib", "baseline-server.ts"), {}, undefined, nodeOptions("baseline"));
+	const stack = await startChild<Ready>(path.join(__dirname, "lib", "api-server.ts"), env, undefined, nodeOptions("stack"));
 	try {
 		const baseUrl = `http://127.0.0.1:${stack.ready.port}`;
 		const seeded = await seed(baseUrl, token);

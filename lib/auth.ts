@@ -156,8 +156,15 @@ export function createTokenVerifier(config: AppConfig): TokenVerifier {
 		const algorithms = config.AUTH_ALGORITHMS.length ? config.AUTH_ALGORITHMS : ["RS256", "ES256"];
 		return rememberVerifiedTokens(async token => {
 			try {
-				const { payload } = await jwtVerify(token, jwks, { ...options, algorithms });
-				return { principal: principalFrom(payload, rules), expiresAt: payload.exp };
+				const { payload, protectedHeader, key } = await jwtVerify(token, jwks, { ...options, algorithms });
+				return {
+					principal: principalFrom(payload, rules),
+					expiresAt: payload.exp,
+					// The key set is reloaded when stale or when an unknown key appears; a kept
+					// verification stands only while the set still gives this token the very key that
+					// verified it, so a rotated-out key is refused exactly as without the cache.
+					stillVerifiable: () => jwks(protectedHeader, undefined).then(current => current === key, () => false),
+				};
 			} catch (err) {
 				throw new AuthenticationError(describeJoseError(err));
 			}
@@ -181,20 +188,29 @@ const VERIFIED_TOKEN_MAX_AGE_MS = 60_000;
 
 /**
  * A client sends the same token on every request until it expires; verifying its signature and
- * claims each time is most of the cost of authentication. Successful verifications are kept
- * until the token expires (or for a minute at most); failures are never cached.
+ * claims each time is most of the cost of authentication. Successful verifications are kept, by
+ * the exact token string, until the token expires (or for a minute at most) and, with a JWKS,
+ * while its key is still the one the key set gives; failures are never cached.
  */
-function rememberVerifiedTokens(verify: (token: string) => Promise<{ principal: Principal; expiresAt?: number }>): TokenVerifier {
-	const verified = new Map<string, { principal: Principal; validUntil: number }>();
+interface Verification {
+	principal: Principal;
+	expiresAt?: number;
+	/** JWKS mode: whether the current key set would still verify the token with the same key. */
+	stillVerifiable?: () => Promise<boolean>;
+}
+
+function rememberVerifiedTokens(verify: (token: string) => Promise<Verification>): TokenVerifier {
+	const verified = new Map<string, Verification & { validUntil: number }>();
 	return async token => {
 		const now = Date.now();
 		const cached = verified.get(token);
-		if (cached && cached.validUntil > now) return cached.principal;
-		const { principal, expiresAt } = await verify(token);
+		if (cached && cached.validUntil > now && (!cached.stillVerifiable || (await cached.stillVerifiable()))) return cached.principal;
+		const verification = await verify(token);
+		const { expiresAt } = verification;
 		const validUntil = Math.min(now + VERIFIED_TOKEN_MAX_AGE_MS, expiresAt !== undefined ? expiresAt * 1000 : Infinity);
 		if (verified.size >= VERIFIED_TOKEN_CACHE_SIZE) verified.clear();
-		verified.set(token, { principal, validUntil });
-		return principal;
+		verified.set(token, { ...verification, validUntil });
+		return verification.principal;
 	};
 }
 

@@ -31,6 +31,11 @@ export function isPostgres(db: Knex): boolean {
 	return db.client.config.client === "pg";
 }
 
+/** The file of an embedded SQLite database; undefined on PostgreSQL. */
+export function sqliteFilename(db: Knex): string | undefined {
+	return isPostgres(db) ? undefined : (db.client.config.connection as { filename: string }).filename;
+}
+
 function createKnex(config: AppConfig): SharedConnection {
 	if (config.DATABASE_URL) {
 		const schema = config.DATABASE_SCHEMA;

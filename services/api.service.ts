@@ -10,6 +10,7 @@ import bodyParser from "body-parser";
 import { configOf, type AppConfig } from "../lib/config";
 import { createTokenVerifier, AuthenticationError, type Principal, type TokenVerifier } from "../lib/auth";
 import { toProblem, type Problem } from "../lib/errors";
+import { jsonOf } from "../lib/frozen-json";
 import { openApiJson, OPERATIONS } from "../lib/openapi";
 import { createRateLimiter, type RateLimiter } from "../lib/rate-limit";
 import { GatewayFrontDoor } from "../mixins/gateway-front-door";
@@ -311,6 +312,11 @@ const ApiService: ServiceSchema<ServiceSettingSchema, ApiThis> = {
 			}
 			if (this.touchedUsers.size >= TOUCH_CACHE_MAX) this.touchedUsers.clear();
 			this.touchedUsers.set(principal.userId, { fingerprint, at: now });
+		},
+
+		/** moleculer-web's JSON encoding of an answer, done only once for one a service keeps frozen. */
+		encodeResponse(this: ApiThis, _req: IncomingMessage, _res: ServerResponse, data: unknown): string {
+			return jsonOf(data);
 		},
 
 		sendProblem(this: ApiThis, req: GatewayRequest, res: ServerResponse, err: unknown): void {

@@ -12,7 +12,10 @@
 // are in mixins/webhooks/shared.ts.
 import crypto from "node:crypto";
 import type { Context, ServiceSchema, ServiceSettingSchema } from "moleculer";
-import { DbMixin, nowIso } from "../mixins/db.mixin";
+import type { Knex } from "knex";
+import { DbMixin, nowIso, sqliteFilename } from "../mixins/db.mixin";
+import { sqliteReadCache, type SqliteReadConnection } from "../lib/sqlite-read-cache";
+import { frozenAnswer } from "../lib/frozen-json";
 import { zodParams } from "../mixins/validation";
 import { webhooksMigrations, brokenUniqueRule } from "../migrations/webhooks";
 import { ClientProblem, ConflictError, NotFoundError, UnprocessableError, type FieldProblem } from "../lib/errors";
@@ -24,7 +27,7 @@ import { PUBLIC_COLUMNS, type PublicWebhookRow, type TenantMeta, type WebhookRow
 import { SecretsMixin } from "../mixins/webhooks/secrets.mixin";
 import { PeersMixin } from "../mixins/webhooks/peers.mixin";
 import { parseAllowList } from "../lib/address-ranges";
-import { buildPage, decodeCursor } from "../lib/pagination";
+import { buildPage, decodeCursor, type Cursor } from "../lib/pagination";
 import { checkWebhookUrl } from "../lib/url-policy";
 import { counter } from "../lib/metrics";
 import type { CatalogueTopic } from "../lib/schemas/topics";
@@ -54,6 +57,57 @@ const parts = [
 	// actions subscribers, resolve, owner, disable, find (broker only, not routed by the gateway)
 	PeersMixin,
 ] as Partial<ServiceSchema>[];
+
+/** What GET /webhooks asks for: whose webhooks, how many, after which one. */
+interface Listing {
+	customerId: string;
+	perPage: number;
+	cursor: Cursor | undefined;
+}
+
+/** The rows of a page, oldest first, plus one that tells whether a next page exists. */
+function pageQuery(db: Knex, { customerId, perPage, cursor }: Listing) {
+	const query = db("webhooks")
+		.select([...PUBLIC_COLUMNS])
+		.where({ customer_id: customerId })
+		.orderBy([{ column: "created_at" }, { column: "id" }])
+		.limit(perPage + 1);
+	return cursor
+		? query.andWhere(after => after.where("created_at", ">", cursor.at).orWhere(tie => tie.where("created_at", "=", cursor.at).andWhere("id", ">", cursor.id)))
+		: query;
+}
+
+function countQuery(db: Knex, customerId: string) {
+	return db("webhooks").where({ customer_id: customerId }).count({ count: "*" });
+}
+
+/** A first page that holds everything already tells how many match. */
+function everythingShown({ cursor, perPage }: Listing, rows: PublicWebhookRow[]): boolean {
+	return !cursor && rows.length <= perPage;
+}
+
+function pageOf({ perPage }: Listing, rows: PublicWebhookRow[], matched: number, present: (row: PublicWebhookRow) => WebhookView): WebhookPage {
+	const page = buildPage(
+		rows,
+		perPage,
+		matched,
+		row => ({ at: row.created_at, id: row.id }),
+		present,
+		next => `${LIST_PATH}?per_page=${perPage}&token=${encodeURIComponent(next)}`,
+	);
+	return { webhooks: page.items, context: page.context, links: page.links };
+}
+
+/** One page, read synchronously on SQLite (lib/sqlite-read-cache.ts) and frozen so that it can be kept. */
+function readPageSync(db: Knex, connection: SqliteReadConnection, listing: Listing, present: (row: PublicWebhookRow) => WebhookView): Readonly<WebhookPage> {
+	const run = (query: { toSQL(): Knex.Sql }) => {
+		const { sql, bindings } = query.toSQL().toNative();
+		return connection.prepare(sql).all(bindings) as Array<Record<string, unknown>>;
+	};
+	const rows = run(pageQuery(db, listing)) as unknown as PublicWebhookRow[];
+	const matched = everythingShown(listing, rows) ? rows.length : Number(run(countQuery(db, listing.customerId))[0].count);
+	return frozenAnswer(pageOf(listing, rows, matched, present));
+}
 
 function rejectIfAny(problems: FieldProblem[]): void {
 	if (problems.length === 0) return;
@@ -115,32 +169,17 @@ const WebhooksService: ServiceSchema<ServiceSettingSchema, WebhooksThis> = {
 			async handler(this: WebhooksThis, ctx: Context<ListWebhooks, TenantMeta>): Promise<WebhookPage> {
 				const customerId = this.tenantOf(ctx);
 				const { per_page: perPage, token } = ctx.params;
-				const cursor = decodeCursor(token);
-				let query = this.db("webhooks")
-					.select([...PUBLIC_COLUMNS])
-					.where({ customer_id: customerId })
-					.orderBy([{ column: "created_at" }, { column: "id" }])
-					.limit(perPage + 1);
-				if (cursor) {
-					query = query.andWhere(after =>
-						after.where("created_at", ">", cursor.at).orWhere(tie => tie.where("created_at", "=", cursor.at).andWhere("id", ">", cursor.id)),
-					);
+				const listing: Listing = { customerId, perPage, cursor: decodeCursor(token) };
+				if (!this.listCache) {
+					const rows: PublicWebhookRow[] = await pageQuery(this.db, listing);
+					const matched = everythingShown(listing, rows) ? rows.length : Number((await countQuery(this.db, customerId))[0].count);
+					return pageOf(listing, rows, matched, row => this.present(row));
 				}
-				const rows: PublicWebhookRow[] = await query;
-				// A first page that holds everything already tells how many match.
-				const matched =
-					!cursor && rows.length <= perPage
-						? rows.length
-						: Number((await this.db("webhooks").where({ customer_id: customerId }).count({ count: "*" }))[0].count);
-				const page = buildPage(
-					rows,
-					perPage,
-					matched,
-					row => ({ at: row.created_at, id: row.id }),
-					row => this.present(row),
-					next => `${LIST_PATH}?per_page=${perPage}&token=${encodeURIComponent(next)}`,
+				// Embedded SQLite: the same statements, run synchronously; the page is kept, frozen, until
+				// something is committed.
+				return this.listCache.read(JSON.stringify(["list", customerId, perPage, token ?? null]), connection =>
+					readPageSync(this.db, connection, listing, row => this.present(row)),
 				);
-				return { webhooks: page.items, context: page.context, links: page.links };
 			},
 		},
 
@@ -261,7 +300,13 @@ const WebhooksService: ServiceSchema<ServiceSettingSchema, WebhooksThis> = {
 		this.allowList = parseAllowList(this.config.WEBHOOK_ALLOW_NETS);
 		if (!this.config.SECRETS_KEY) throw new Error("SECRETS_KEY is not configured: webhook secrets cannot be encrypted");
 		this.secretsKey = this.config.SECRETS_KEY;
+		const filename = sqliteFilename(this.db);
+		this.listCache = filename ? sqliteReadCache(filename) : undefined;
 		this.disables = counter(this.broker, "webhooks_disabled_total", "Webhooks disabled, by reason (user, gone, failing)", ["reason"]);
+	},
+
+	stopped(this: WebhooksThis) {
+		this.listCache?.close();
 	},
 };
 

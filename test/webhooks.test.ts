@@ -199,6 +199,37 @@ describe.each(testDatabases())("webhooks on %s", database => {
 		expect(response.body).toEqual({ webhooks: [], context: { per_page: 25, matched: 0, returned: 0 }, links: [] });
 	});
 
+	// On SQLite a listing is kept until something is committed (lib/sqlite-read-cache.ts): each
+	// way of changing a webhook must show in the very next listing.
+	it("shows every change in the next listing, whichever path made it", async () => {
+		const lister = await stack.token("lister", { customer: `listing-${database}` });
+		const listed = async () => (await stack.request("GET", "/id/v3/webhooks", { token: lister })).body.webhooks as Array<Record<string, unknown>>;
+		expect(await listed()).toEqual([]);
+		const webhook = await newWebhook(lister);
+		expect((await listed()).map(entry => entry.id)).toEqual([webhook.id]);
+
+		await stack.request("PATCH", `/id/v3/webhooks/${webhook.id}`, { token: lister, body: { name: "Renamed in the API" } });
+		expect(await listed()).toEqual([expect.objectContaining({ id: webhook.id, name: "Renamed in the API" })]);
+
+		// The dispatcher's path: a 410 Gone disables the webhook through an action.
+		await stack.app.broker.call("webhooks.disable", { id: webhook.id, reason: "gone" });
+		expect(await listed()).toEqual([expect.objectContaining({ id: webhook.id, active: false, disabled_reason: "gone" })]);
+
+		// Another connection to the database (an operator's, another process's).
+		await stack.db("webhooks").where({ id: webhook.id }).update({ name: "Renamed elsewhere" });
+		expect(await listed()).toEqual([expect.objectContaining({ id: webhook.id, name: "Renamed elsewhere" })]);
+
+		// An in-process caller gets the very page that is kept (frozen) on SQLite, a page of its own on
+		// PostgreSQL: either way, what it does with it cannot change the next listing.
+		const page = await stack.app.broker.call<{ webhooks: Array<{ name: string }> }, object>("webhooks.list", {}, { meta: { customerId: `listing-${database}` } });
+		expect(Object.isFrozen(page.webhooks[0])).toBe(database === "sqlite");
+		if (!Object.isFrozen(page.webhooks[0])) page.webhooks[0].name = "changed by a caller";
+		expect((await listed())[0].name).toBe("Renamed elsewhere");
+
+		await stack.request("DELETE", `/id/v3/webhooks/${webhook.id}`, { token: lister });
+		expect(await listed()).toEqual([]);
+	});
+
 	it("updates name, events (or event_types) and status with PATCH", async () => {
 		const webhook = await newWebhook(alice);
 		const renamed = await stack.request("PATCH", `/id/v3/webhooks/${webhook.id}`, { token: alice, body: { name: " Renamed " } });

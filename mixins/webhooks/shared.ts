@@ -4,6 +4,7 @@
 import type { Context, ServiceSchema, ServiceSettingSchema } from "moleculer";
 import type { DbServiceThis } from "../db.mixin";
 import type { AllowList } from "../../lib/address-ranges";
+import type { SqliteReadCache } from "../../lib/sqlite-read-cache";
 import type { counter } from "../../lib/metrics";
 import type { FieldProblem } from "../../lib/errors";
 import type { DisabledReason, Subscriber, WebhookView } from "../../lib/schemas/webhooks";
@@ -40,6 +41,8 @@ export type WebhooksThis = DbServiceThis & {
 	allowList: AllowList;
 	secretsKey: string;
 	disables: ReturnType<typeof counter>;
+	/** Embedded SQLite only: pages kept while the database is unchanged (lib/sqlite-read-cache.ts). */
+	listCache?: SqliteReadCache;
 	// services/webhooks.service.ts
 	announceDisabled(ctx: Context, customerId: string, view: WebhookView): void;
 	tenantOf(ctx: Context<unknown, TenantMeta>): string;
