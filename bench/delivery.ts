@@ -38,7 +38,7 @@ import { Agent } from "undici";
 import { generateWebhookSecret } from "../lib/crypto";
 import { testCertificate } from "../test/helpers/https-receiver";
 import { startChild, type ChildServer } from "./lib/child";
-import { probe, probeAll, producerBroker, sendVia, type Probe } from "./lib/cluster-nodes";
+import { probe, probeAll, producerBroker, sendVia, serviceNodeEnv, type Probe } from "./lib/cluster-nodes";
 import { monotonicMs, type ReceiverReady } from "./lib/receiver";
 import { Receivers } from "./lib/receivers";
 import { againstFloor, backlogScenario, type BacklogHarness } from "./lib/backlog";
@@ -126,13 +126,7 @@ async function deploy(options: DeployOptions): Promise<Deployment> {
 	const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), "swh-bench-"));
 	const schema = options.engine === "postgresql" ? `bench_${namespace}` : undefined;
 	const env: Record<string, string> = {
-		NODE_ENV: "bench",
-		LOG_LEVEL: "warn",
-		TRANSPORTER: NATS_URL,
-		NAMESPACE: namespace,
-		DATA_DIR: dataDir,
-		PORT: "0",
-		SECRETS_KEY: crypto.randomBytes(32).toString("base64"),
+		...serviceNodeEnv(namespace, NATS_URL, dataDir),
 		WEBHOOK_ALLOW_NETS: "127.0.0.0/8",
 		WEBHOOK_CA_FILE: options.caFile,
 		DELIVERY_CONCURRENCY: String(CONCURRENCY),

@@ -20,7 +20,7 @@ import knex from "knex";
 import { connect } from "nats";
 import { intakeNames } from "../lib/intake-channel";
 import { startChild, type ChildServer } from "./lib/child";
-import { probeAll, producerBroker, sendVia } from "./lib/cluster-nodes";
+import { probeAll, producerBroker, sendVia, serviceNodeEnv } from "./lib/cluster-nodes";
 import { BROKER_PROCESSES, DATABASE_PROCESSES, cpuSecondsBetween, cpuSecondsByPid } from "./lib/process-cpu";
 import { monotonicMs } from "./lib/receiver";
 import { round } from "./lib/stats";
@@ -42,17 +42,7 @@ export async function run(): Promise<object> {
 	const namespace = `bn${crypto.randomBytes(3).toString("hex")}`;
 	const schema = `bench_${namespace}`;
 	const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), "swh-bench-"));
-	const env: Record<string, string> = {
-		NODE_ENV: "bench",
-		LOG_LEVEL: "warn",
-		TRANSPORTER: NATS_URL,
-		NAMESPACE: namespace,
-		DATA_DIR: dataDir,
-		PORT: "0",
-		SECRETS_KEY: crypto.randomBytes(32).toString("base64"),
-		DATABASE_URL,
-		DATABASE_SCHEMA: schema,
-	};
+	const env: Record<string, string> = { ...serviceNodeEnv(namespace, NATS_URL, dataDir), DATABASE_URL, DATABASE_SCHEMA: schema };
 	const db = knex({ client: "pg", connection: DATABASE_URL, searchPath: [schema], pool: { min: 0, max: 2 } });
 	const nats = await connect({ servers: new URL(NATS_URL).host });
 	const names = intakeNames(namespace);

@@ -7,52 +7,27 @@
 // the announcement over NATS.
 import crypto from "node:crypto";
 import type { ServiceSchema } from "moleculer";
-import { startStack, type Stack } from "./helpers/stack";
+import type { Stack } from "./helpers/stack";
 import { testDatabases } from "./helpers/services";
-import { startSmtpServer, type TestSmtpServer } from "./helpers/smtp-server";
+import type { TestSmtpServer } from "./helpers/smtp-server";
+import { setOrderStatusEmail, signIn as signInAs, useNotifierStack } from "./helpers/notifier-stack";
 import { waitUntil } from "./helpers/delivery-stack";
 import { metricsOf } from "../lib/metrics";
 import type { OutboxEntry } from "../services/notifier.service";
 import UsersService from "../services/users.service";
 
-const TOPIC = "tasking:order_status";
-
 describe.each(testDatabases())("email preferences at intake on %s", database => {
+	// One send at a time: an email held at the SMTP server keeps the next one waiting in the outbox.
+	const env = useNotifierStack(database, { MAIL_CONCURRENCY: "1", MAIL_POLL_INTERVAL: "100ms", MAIL_RETRY_SCHEDULE: "300ms,600ms,900ms" });
 	let stack: Stack;
 	let smtp: TestSmtpServer;
-
-	beforeAll(async () => {
-		smtp = await startSmtpServer();
-		stack = await startStack({
-			database,
-			services: ["api", "topics", "users", "notifier"],
-			env: {
-				SMTP_URL: smtp.url,
-				// One send at a time: an email held at the SMTP server keeps the next one waiting in the outbox.
-				MAIL_CONCURRENCY: "1",
-				MAIL_POLL_INTERVAL: "100ms",
-				MAIL_RETRY_SCHEDULE: "300ms,600ms,900ms",
-			},
-		});
-	});
-
-	afterAll(async () => {
-		await stack?.stop();
-		await smtp?.close();
+	beforeAll(() => {
+		({ stack, smtp } = env);
 	});
 
 	const userId = (name: string) => `${name}-${crypto.randomBytes(3).toString("hex")}`;
-
-	async function signIn(user: string, email: string | undefined): Promise<string> {
-		const token = await stack.token(user, { customer: "acme", ...(email ? { email } : {}) });
-		expect((await stack.request("GET", "/id/v3/user/details", { token })).status).toBe(200);
-		return token;
-	}
-
-	async function setEmail(token: string, email: boolean): Promise<void> {
-		const response = await stack.request("PUT", "/id/v3/user/settings", { token, body: { notifications: [{ category: "tasking", settings: [{ topic: TOPIC, email }] }] } });
-		expect(response.status).toBe(200);
-	}
+	const signIn = (user: string, email: string | undefined) => signInAs(stack, user, { customer: "acme", ...(email ? { email } : {}) });
+	const setEmail = (token: string, email: boolean) => setOrderStatusEmail(stack, token, email);
 
 	/** Embedded, emit returns once the notifier's handler is done with the event. */
 	async function emitFor(user: string): Promise<string> {

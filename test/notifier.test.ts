@@ -2,9 +2,10 @@
 // email out through a real SMTP server, and the one-click unsubscribe through the real gateway.
 // The stack runs without the dispatcher, which shows that email does not depend on it.
 import crypto from "node:crypto";
-import { expectProblem, startStack, type Stack } from "./helpers/stack";
+import { expectProblem, type Stack } from "./helpers/stack";
 import { testDatabases } from "./helpers/services";
-import { headerValue, startSmtpServer, type ReceivedMail, type TestSmtpServer } from "./helpers/smtp-server";
+import { headerValue, type ReceivedMail, type TestSmtpServer } from "./helpers/smtp-server";
+import { setOrderStatusEmail, signIn as signInAs, useNotifierStack } from "./helpers/notifier-stack";
 import { deriveUnsubscribeKey, signUnsubscribeToken } from "../lib/unsubscribe-token";
 import type { OutboxEntry } from "../services/notifier.service";
 import { metricsOf } from "../lib/metrics";
@@ -33,40 +34,21 @@ function orderEvent(userId: string, status: string, extra: Partial<OrderEvent> =
 const sleep = (ms: number) => new Promise(resolve => setTimeout(resolve, ms));
 
 describe.each(testDatabases())("notifier on %s", database => {
+	const env = useNotifierStack(database, {
+		MAIL_FROM: "Satellite Tasking <no-reply@mail.example.test>",
+		MAIL_RETRY_SCHEDULE: "300ms,600ms,900ms",
+		MAIL_POLL_INTERVAL: "100ms",
+		MAIL_SEND_TIMEOUT: "5s",
+		PUBLIC_BASE_URL: "https://public.example.test/notify/",
+	});
 	let stack: Stack;
 	let smtp: TestSmtpServer;
-
-	beforeAll(async () => {
-		smtp = await startSmtpServer();
-		stack = await startStack({
-			database,
-			services: ["api", "topics", "users", "notifier"],
-			env: {
-				SMTP_URL: smtp.url,
-				MAIL_FROM: "Satellite Tasking <no-reply@mail.example.test>",
-				MAIL_RETRY_SCHEDULE: "300ms,600ms,900ms",
-				MAIL_POLL_INTERVAL: "100ms",
-				MAIL_SEND_TIMEOUT: "5s",
-				PUBLIC_BASE_URL: "https://public.example.test/notify/",
-			},
-		});
+	beforeAll(() => {
+		({ stack, smtp } = env);
 	});
 
-	afterAll(async () => {
-		await stack?.stop();
-		await smtp?.close();
-	});
-
-	async function signIn(sub: string, customer: string, email: string | undefined): Promise<string> {
-		const token = await stack.token(sub, { customer, name: sub.charAt(0).toUpperCase() + sub.slice(1), ...(email ? { email } : {}) });
-		expect((await stack.request("GET", "/id/v3/user/details", { token })).status).toBe(200);
-		return token;
-	}
-
-	async function setEmail(token: string, email: boolean): Promise<void> {
-		const response = await stack.request("PUT", "/id/v3/user/settings", { token, body: { notifications: [{ category: "tasking", settings: [{ topic: TOPIC, email }] }] } });
-		expect(response.status).toBe(200);
-	}
+	const signIn = (sub: string, customer: string, email: string | undefined) => signInAs(stack, sub, { customer, name: sub.charAt(0).toUpperCase() + sub.slice(1), ...(email ? { email } : {}) });
+	const setEmail = (token: string, email: boolean) => setOrderStatusEmail(stack, token, email);
 
 	async function emailSetting(token: string): Promise<boolean> {
 		const details = await stack.request("GET", "/id/v3/user/details", { token });

@@ -1,6 +1,7 @@
 // What the benchmarks that run the service as separate processes over NATS share: the outside
 // producer (a Moleculer node sending `tasking.order_status` to the durable JetStream channel, as
 // README's producer example does) and the probe that reads a child node's CPU and event loop.
+import crypto from "node:crypto";
 import { ServiceBroker } from "moleculer";
 import { parseConfig } from "../../lib/config";
 import { intakeMiddlewares, ORDER_STATUS_CHANNEL } from "../../lib/intake-channel";
@@ -8,6 +9,19 @@ import type { ChildServer } from "./child";
 import type { ProbeFigures } from "./event-loop-probe";
 
 export type Probe = Omit<ProbeFigures, "type">;
+
+/** The environment every service node of one deployment shares (bench/lib/service-node.ts reads it). */
+export function serviceNodeEnv(namespace: string, natsUrl: string, dataDir: string): Record<string, string> {
+	return {
+		NODE_ENV: "bench",
+		LOG_LEVEL: "warn",
+		TRANSPORTER: natsUrl,
+		NAMESPACE: namespace,
+		DATA_DIR: dataDir,
+		PORT: "0",
+		SECRETS_KEY: crypto.randomBytes(32).toString("base64"),
+	};
+}
 
 /** A child's figures since its previous probe (bench/lib/event-loop-probe.ts), which this one resets. */
 export function probe(node: ChildServer<unknown>): Promise<Probe> {
