@@ -37,11 +37,9 @@ import { ServiceBroker } from "moleculer";
 import { connect } from "nats";
 import { Agent } from "undici";
 import { generateWebhookSecret } from "../lib/crypto";
-import { parseConfig } from "../lib/config";
-import { intakeMiddlewares, ORDER_STATUS_CHANNEL } from "../lib/intake-channel";
 import { testCertificate } from "../test/helpers/https-receiver";
 import { startChild, type ChildServer } from "./lib/child";
-import type { ProbeFigures } from "./lib/event-loop-probe";
+import { probe, probeAll, producerBroker, sendVia, serviceNodeEnv, type Probe } from "./lib/cluster-nodes";
 import { monotonicMs, type ReceiverReady } from "./lib/receiver";
 import { Receivers } from "./lib/receivers";
 import { againstFloor, backlogScenario, type BacklogHarness } from "./lib/backlog";
@@ -80,25 +78,6 @@ const sleep = (ms: number) => new Promise(resolve => setTimeout(resolve, ms));
 const here = (file: string) => path.join(__dirname, "lib", file);
 const runId = `b${crypto.randomBytes(3).toString("hex")}`;
 let deployments = 0;
-
-type Probe = Omit<ProbeFigures, "type">;
-
-function probe(node: ChildServer<unknown>): Promise<Probe> {
-	return new Promise(resolve => {
-		const onMessage = (message: { type?: string }) => {
-			if (message?.type !== "probe") return;
-			node.process.off("message", onMessage);
-			const { type: _type, ...figures } = message as ProbeFigures;
-			resolve(figures);
-		};
-		node.process.on("message", onMessage);
-		node.process.send("probe");
-	});
-}
-
-async function probeAll(nodes: Array<ChildServer<unknown>>): Promise<Probe[]> {
-	return Promise.all(nodes.map(probe));
-}
 
 /** The fastest plain loop of signed POSTs: CONCURRENCY loops, each on one endpoint. */
 async function floor(targets: SignedTarget[], ca: string, receivers: Receivers): Promise<{ rate: number; client_cores: number; receiver_cores: number }> {
@@ -145,18 +124,6 @@ interface DeployOptions {
 	env?: Record<string, string>;
 }
 
-function producerBroker(namespace: string): ServiceBroker {
-	return new ServiceBroker({
-		namespace,
-		nodeID: `${namespace}-producer`,
-		transporter: { type: "NATS", options: { url: NATS_URL } },
-		logger: false,
-		middlewares: intakeMiddlewares(parseConfig({ TRANSPORTER: NATS_URL, NAMESPACE: namespace })),
-	});
-}
-
-const sendVia = (producer: ServiceBroker) => (event: object) => (producer as unknown as { sendToChannel(channel: string, payload: unknown): Promise<void> }).sendToChannel(ORDER_STATUS_CHANNEL, event);
-
 /** Starts the service's processes (fresh database, fresh stream) and creates the webhooks. */
 async function deploy(options: DeployOptions): Promise<Deployment> {
 	deployments += 1;
@@ -164,13 +131,7 @@ async function deploy(options: DeployOptions): Promise<Deployment> {
 	const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), "swh-bench-"));
 	const schema = options.engine === "postgresql" ? `bench_${namespace}` : undefined;
 	const env: Record<string, string> = {
-		NODE_ENV: "bench",
-		LOG_LEVEL: "warn",
-		TRANSPORTER: NATS_URL,
-		NAMESPACE: namespace,
-		DATA_DIR: dataDir,
-		PORT: "0",
-		SECRETS_KEY: crypto.randomBytes(32).toString("base64"),
+		...serviceNodeEnv(namespace, NATS_URL, dataDir),
 		WEBHOOK_ALLOW_NETS: "127.0.0.0/8",
 		WEBHOOK_CA_FILE: options.caFile,
 		DELIVERY_CONCURRENCY: String(CONCURRENCY),
@@ -181,7 +142,7 @@ async function deploy(options: DeployOptions): Promise<Deployment> {
 	const nodeOptions = (name: string) => (PROFILE_DIR ? ["--cpu-prof", `--cpu-prof-dir=${path.join(PROFILE_DIR, `${namespace}-${name}`)}`] : []);
 	const start = (name: string, services: string) => startChild<unknown>(here("service-node.ts"), { ...env, SERVICES: services, NODE_ID: `${namespace}-${name}` }, 120_000, nodeOptions(name));
 	// The producer first: "after start" is about the service's processes, not the producer.
-	const producer = producerBroker(namespace);
+	const producer = producerBroker(namespace, NATS_URL);
 	await producer.start();
 	const nodes: Array<ChildServer<unknown>> = [];
 	const dispatchers: Array<ChildServer<unknown>> = [];
@@ -379,7 +340,7 @@ async function withRelay<T>(targets: Array<{ url: string }>, ca: string, work: (
 	deployments += 1;
 	const namespace = `${runId}r${deployments}`;
 	// The producer first, as in deploy(): "after start" is about the relay, not the producer.
-	const producer = producerBroker(namespace);
+	const producer = producerBroker(namespace, NATS_URL);
 	await producer.start();
 	let relay: ChildServer<unknown> | undefined;
 	try {

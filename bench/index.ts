@@ -4,7 +4,7 @@
 import fs from "node:fs";
 import path from "node:path";
 
-const DEFAULT_PARTS = ["api", "sender", "delivery", "scheduler", "retention"];
+const DEFAULT_PARTS = ["api", "sender", "delivery", "notifier", "scheduler", "retention"];
 
 interface BenchPart {
 	run(): Promise<object>;

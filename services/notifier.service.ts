@@ -7,7 +7,9 @@
 //
 // How an email travels (each step is a mixin in mixins/notifier/):
 //   outbox  intake: a valid event with a terminal status (fulfilled, failed, expired) becomes an
-//           outbox row for the order's owner, unique per (event, user). A repeat is a no-op.
+//           outbox row for the order's owner, unique per (event, user). A repeat is a no-op. An
+//           owner known not to want it (a per-user cache of `users.emailPreference`, dropped on
+//           `users.emailPreferenceChanged`) gets no row.
 //   worker  due rows are claimed with a lease (FOR UPDATE SKIP LOCKED on PostgreSQL), the
 //           owner's preference is asked from `users`, and the email is sent, then marked sent.
 //           Transient failures are retried on MAIL_RETRY_SCHEDULE; permanent ones are marked
@@ -37,7 +39,8 @@ import { ConfigError } from "../lib/config";
 import { counter } from "../lib/metrics";
 import { createMailTransport } from "../lib/mail-transport";
 import { deriveUnsubscribeKey } from "../lib/unsubscribe-token";
-import type { NotifierThis } from "../mixins/notifier/shared";
+import { EmailPreferenceCache } from "../lib/email-preference-cache";
+import { EMAIL_PREFERENCE_CACHE_USERS, EMAIL_PREFERENCE_TTL_MS, type NotifierThis } from "../mixins/notifier/shared";
 import { OutboxMixin } from "../mixins/notifier/outbox.mixin";
 import { WorkerMixin } from "../mixins/notifier/worker.mixin";
 import { UnsubscribeMixin } from "../mixins/notifier/unsubscribe.mixin";
@@ -54,7 +57,8 @@ const parts = [
 	NotifierBacklogMixin,
 	// action prune; RETENTION_PERIOD: sent, failed and skipped emails and rejected events; pending ones stay
 	RetentionMixin(NOTIFIER_PRUNE_JOBS),
-	// action outbox (operators' REPL); ingestOrderStatus, recordEmail, recordRejected, toEntry
+	// action outbox (operators' REPL); events users.emailPreferenceChanged, topics.changed, $transporter/$node (the preference cache);
+	// ingestOrderStatus, unwantedEmailReason, recordEmail, recordRejected, toEntry
 	OutboxMixin,
 	// wakeWorker, pollOutbox, claimDue, processEmail, composeEmail, publicBaseUrl, settle, retryOrFail, renewLeases
 	WorkerMixin,
@@ -86,7 +90,9 @@ const NotifierService: ServiceSchema<ServiceSettingSchema, NotifierThis> = {
 		this.metrics = {
 			attempts: counter(this.broker, "email_send_attempts_total", "Email send attempts, by result (sent, retry, failed)", ["result"]),
 			finished: counter(this.broker, "emails_finished_total", "Outbox emails that reached a final status (sent, failed, skipped)", ["status"]),
+			notQueued: counter(this.broker, "emails_not_queued_total", "Email-worthy events that wrote no outbox row: the user does not want the email, by reason (email_off, no_address)", ["reason"]),
 		};
+		this.emailPreferences = new EmailPreferenceCache({ ttlMs: EMAIL_PREFERENCE_TTL_MS, maxEntries: EMAIL_PREFERENCE_CACHE_USERS });
 		this.inFlight = new Map();
 		this.pollTimer = null;
 		this.heartbeatTimer = null;

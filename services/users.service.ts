@@ -1,6 +1,8 @@
 // users: owns the user records (table `users`, filled from verified token claims) and their
 // email notification preferences (table `user_email_preferences`, one row per user and topic).
 // Serves GET /user/details and PUT /user/settings, and tells the notifier who wants which email.
+// After storing a change that may decide whether a user gets email (a preference, an address),
+// it broadcasts `users.emailPreferenceChanged {userId}`: the notifiers cache that answer.
 import type { Knex } from "knex";
 import type { Context, ServiceSchema, ServiceSettingSchema } from "moleculer";
 import { DbMixin, isPostgres, nowIso, type DbServiceThis } from "../mixins/db.mixin";
@@ -19,7 +21,9 @@ import {
 	SetEmailPreferenceParams,
 	TouchParams,
 	UpdateSettingsParams,
+	EMAIL_PREFERENCE_CHANGED_EVENT,
 	type EmailPreference,
+	type EmailPreferenceChangedEvent,
 	type EmailRecipient,
 	type SettingUpdate,
 	type UserDetails,
@@ -59,7 +63,8 @@ type UsersThis = DbServiceThis & {
 	lockUser(trx: Knex.Transaction, userId: string): Promise<UserRow>;
 	currentUser(ctx: Context<unknown, UsersMeta>): Promise<UserRow>;
 	enabledTopics(db: Queryable, userId: string): Promise<Set<string>>;
-	writePreferences(trx: Knex.Transaction, userId: string, changes: SettingUpdate[]): Promise<void>;
+	writePreferences(trx: Knex.Transaction, userId: string, changes: SettingUpdate[]): Promise<boolean>;
+	announceEmailPreferenceChange(userId: string): void;
 };
 
 /**
@@ -135,16 +140,16 @@ const UsersService: ServiceSchema<ServiceSettingSchema, UsersThis> = {
 				const { user_id: userId } = await this.currentUser(ctx);
 				const ifMatch = ctx.meta.ifMatch;
 
-				const body = await this.db.transaction(async trx => {
+				const { body, changed } = await this.db.transaction(async trx => {
 					const user = await this.lockUser(trx, userId);
 					const enabled = await this.enabledTopics(trx, userId);
 					if (ifMatch !== undefined && !ifMatchSatisfied(ifMatch, strongEtag(detailsBody(user, emailTopics, enabled)))) {
 						throw new PreconditionFailedError();
 					}
 					const merged = mergeNotificationSettings(enabled, requested);
-					await this.writePreferences(trx, userId, merged.changed);
-					return detailsBody(user, emailTopics, merged.enabled);
+					return { body: detailsBody(user, emailTopics, merged.enabled), changed: await this.writePreferences(trx, userId, merged.changed) };
 				});
+				if (changed) this.announceEmailPreferenceChange(userId);
 				ctx.meta.etag = strongEtag(body);
 				return body;
 			},
@@ -196,11 +201,12 @@ const UsersService: ServiceSchema<ServiceSettingSchema, UsersThis> = {
 				if (!(await this.emailTopics(ctx)).some(entry => entry.topic === topic)) {
 					throw invalidField("topic", `Topic "${topic}" has no email notifications`);
 				}
-				await this.db.transaction(async trx => {
+				const changed = await this.db.transaction(async trx => {
 					await this.lockUser(trx, userId);
 					const merged = mergeNotificationSettings(await this.enabledTopics(trx, userId), [{ topic, email }]);
-					await this.writePreferences(trx, userId, merged.changed);
+					return this.writePreferences(trx, userId, merged.changed);
 				});
+				if (changed) this.announceEmailPreferenceChange(userId);
 				return { userId, topic, email };
 			},
 		},
@@ -224,6 +230,7 @@ const UsersService: ServiceSchema<ServiceSettingSchema, UsersThis> = {
 						.onConflict("user_id")
 						.merge(["customer_id", "name", "email", "last_login", "updated_at"]);
 				}
+				if (fields.email !== (row?.email ?? null)) this.announceEmailPreferenceChange(claims.userId);
 			}
 			if (this.touchedFingerprints.size >= TOUCH_CACHE_MAX) this.touchedFingerprints.clear();
 			this.touchedFingerprints.set(claims.userId, fingerprint);
@@ -265,13 +272,26 @@ const UsersService: ServiceSchema<ServiceSettingSchema, UsersThis> = {
 			return new Set(rows.map(row => row.topic));
 		},
 
-		async writePreferences(this: UsersThis, trx: Knex.Transaction, userId: string, changes: SettingUpdate[]): Promise<void> {
-			if (changes.length === 0) return;
+		/** Stores the changes; answers whether there were any. */
+		async writePreferences(this: UsersThis, trx: Knex.Transaction, userId: string, changes: SettingUpdate[]): Promise<boolean> {
+			if (changes.length === 0) return false;
 			const now = nowIso();
 			await trx("user_email_preferences")
 				.insert(changes.map(({ topic, email }) => ({ user_id: userId, topic, email, updated_at: now })))
 				.onConflict(["user_id", "topic"])
 				.merge(["email", "updated_at"]);
+			return true;
+		},
+
+		/**
+		 * Called once the change is stored (committed). Broadcast, not emit: every notifier instance
+		 * keeps its own cache. Not awaited by the request: the change is stored, and a notifier that
+		 * misses this hears of it through its cache's expiry or a reconnection.
+		 */
+		announceEmailPreferenceChange(this: UsersThis, userId: string): void {
+			this.broker.broadcast<EmailPreferenceChangedEvent>(EMAIL_PREFERENCE_CHANGED_EVENT, { userId }).catch(err => {
+				this.logger.warn(`Could not announce the email preference change of user ${userId}`, err);
+			});
 		},
 	},
 

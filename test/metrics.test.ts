@@ -29,6 +29,8 @@ describe.each(testDatabases())("metrics on %s", database => {
 	let smtp: TestSmtpServer;
 	let ops: http.Server;
 	let deferEmails = true;
+	// Emails to these addresses are deferred (451) on every attempt.
+	const deferredAddresses = new Set<string>();
 
 	const scrape = async () => {
 		const response = await fetch(`http://127.0.0.1:${(ops.address() as AddressInfo).port}/metrics`);
@@ -52,7 +54,7 @@ describe.each(testDatabases())("metrics on %s", database => {
 	const emitOrderEvent = (owner: { id: string; userId: string }, status: string) => env.stack.app.broker.emit("tasking.order_status", orderEvent(owner, status));
 
 	beforeAll(async () => {
-		smtp = await startSmtpServer({ answer: () => (deferEmails ? { code: 451, message: "4.3.0 try again later" } : "accept") });
+		smtp = await startSmtpServer({ answer: attempt => (deferEmails || attempt.to.some(address => deferredAddresses.has(address)) ? { code: 451, message: "4.3.0 try again later" } : "accept") });
 		env = await startDeliveryStack(database, {
 			env: {
 				SMTP_URL: smtp.url,
@@ -115,7 +117,7 @@ describe.each(testDatabases())("metrics on %s", database => {
 		await watch("the delivery to give up", current => (metricValue(current, "webhook_deliveries_finished_total", { status: "failed" }) ?? 0) >= 1);
 	});
 
-	it("the email outbox: a deferred email is pending and ages, then counts as sent; an unwanted one as skipped", async () => {
+	it("the email outbox: a deferred email is pending and ages, then counts as sent; one its user no longer wants as skipped; an unwanted event as not queued", async () => {
 		const reader = await customer("reader@example.com");
 		const settings = { notifications: [{ category: "tasking", settings: [{ topic: "tasking:order_status", email: true }] }] };
 		expect((await env.stack.request("PUT", "/id/v3/user/settings", { token: reader.token, body: settings })).status).toBe(200);
@@ -132,11 +134,27 @@ describe.each(testDatabases())("metrics on %s", database => {
 		expect(metricValue(sent, "email_outbox_oldest_pending_age_seconds")).toBe(0);
 		expect(metricValue(sent, "emails_finished_total", { status: "sent" })).toBe(1);
 
-		// A user who never turned email on: the outbox records it as skipped.
+		// A user who turns email off while their email waits for a retry: skipped at the next attempt.
+		const fickle = await customer("fickle@example.com");
+		expect((await env.stack.request("PUT", "/id/v3/user/settings", { token: fickle.token, body: settings })).status).toBe(200);
+		deferredAddresses.add("fickle@example.com");
+		const retries = (page: string) => metricValue(page, "email_send_attempts_total", { result: "retry" }) ?? 0;
+		const retriesBefore = retries(await scrape());
+		await emitOrderEvent(fickle, "expired");
+		await watch("the email deferred", page => retries(page) > retriesBefore);
+		const off = { notifications: [{ category: "tasking", settings: [{ topic: "tasking:order_status", email: false }] }] };
+		expect((await env.stack.request("PUT", "/id/v3/user/settings", { token: fickle.token, body: off })).status).toBe(200);
+		const skipped = await watch("a skipped email", page => metricValue(page, "email_outbox_emails", { status: "skipped" }) === 1);
+		expect(metricValue(skipped, "emails_finished_total", { status: "skipped" })).toBe(1);
+
+		// A user who never turned email on: nothing is queued, and the event is counted as such.
 		const quiet = await customer("quiet@example.com");
 		await env.stack.request("GET", "/id/v3/user/details", { token: quiet.token });
+		// The events of the other tests' customers, who never signed in, were not queued either.
+		const notQueuedBefore = metricValue(await scrape(), "emails_not_queued_total", { reason: "email_off" }) ?? 0;
 		await emitOrderEvent(quiet, "failed");
-		await watch("a skipped email", page => (metricValue(page, "email_outbox_emails", { status: "skipped" }) ?? 0) >= 1);
+		const notQueued = await watch("an event not queued", page => (metricValue(page, "emails_not_queued_total", { reason: "email_off" }) ?? 0) > notQueuedBefore);
+		expect(metricValue(notQueued, "email_outbox_emails", { status: "skipped" })).toBe(1);
 	});
 
 	it("a delivery's first attempt lag is observed once, not again for its retry; the sender thread's event loop is published", async () => {

@@ -18,12 +18,19 @@ function clockTicks(): number {
 
 /** CPU seconds (user + system) used so far by the live processes with one of these names. */
 export function cpuSecondsOf(names: string[]): number {
-	let ticks = 0;
+	let seconds = 0;
+	for (const used of cpuSecondsByPid(names).values()) seconds += used;
+	return seconds;
+}
+
+/** The same, per process id. */
+export function cpuSecondsByPid(names: string[]): Map<string, number> {
+	const byPid = new Map<string, number>();
 	let entries: string[];
 	try {
 		entries = fs.readdirSync("/proc").filter(entry => /^\d+$/.test(entry));
 	} catch {
-		return 0;
+		return byPid;
 	}
 	for (const pid of entries) {
 		let stat: string;
@@ -38,9 +45,20 @@ export function cpuSecondsOf(names: string[]): number {
 		if (!names.includes(comm)) continue;
 		const fields = stat.slice(close + 2).split(" ");
 		// After comm: state is field 3, utime field 14 and stime field 15 of the whole line.
-		ticks += Number(fields[11]) + Number(fields[12]);
+		byPid.set(pid, (Number(fields[11]) + Number(fields[12])) / clockTicks());
 	}
-	return ticks / clockTicks();
+	return byPid;
+}
+
+/**
+ * CPU seconds these processes used between two readings of cpuSecondsByPid. A process that exited
+ * meanwhile is left out rather than subtracted (on a shared server, other sessions' backends come
+ * and go); one that started meanwhile counts whole.
+ */
+export function cpuSecondsBetween(before: Map<string, number>, after: Map<string, number>): number {
+	let seconds = 0;
+	for (const [pid, used] of after) seconds += Math.max(0, used - (before.get(pid) ?? 0));
+	return seconds;
 }
 
 export const DATABASE_PROCESSES = ["postgres"];

@@ -109,3 +109,13 @@ export interface EmailRecipient {
 export interface EmailPreference extends EmailRecipient {
 	enabled: boolean;
 }
+
+/**
+ * Broadcast by the users service after it stored a change that may decide whether a user gets
+ * email (a topic turned on or off, a new email address): whoever caches that answers it.
+ */
+export const EMAIL_PREFERENCE_CHANGED_EVENT = "users.emailPreferenceChanged";
+
+export interface EmailPreferenceChangedEvent {
+	userId: string;
+}

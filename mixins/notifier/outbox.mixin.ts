@@ -2,19 +2,31 @@
 // mixins/order-status-intake.mixin.ts) turns a valid event with a terminal status into one outbox
 // row per (event, user), a repeat inserting nothing, and records an invalid event as rejected;
 // the `outbox` action lists rows for the operators' REPL.
+//
+// An event whose user does not want the email (email off, no address, unknown to users) writes
+// nothing: most events are of such users, and each row cost an insert, a claim, a users call and
+// an update only to end `skipped`. Intake knows from a per-user cache of users.emailPreference
+// (lib/email-preference-cache.ts), dropped on users.emailPreferenceChanged and whenever an
+// announcement may have been missed. When users cannot answer, intake writes the row as before:
+// the worker's check at send time decides, and no email is lost to an empty cache.
 import crypto from "node:crypto";
 import type { Context } from "moleculer";
 import { z } from "zod";
 import { nowIso } from "../db.mixin";
 import { issuesToProblems, zodParams } from "../validation";
 import type { FieldProblem } from "../../lib/errors";
-import { EMAIL_STATUSES, TaskingOrderStatusEvent } from "../../lib/schemas/events";
+import { isDependencyFailure } from "../../lib/errors";
+import { EMAIL_STATUSES, TASKING_ORDER_STATUS_TOPIC, TaskingOrderStatusEvent } from "../../lib/schemas/events";
+import { EMAIL_PREFERENCE_CHANGED_EVENT, type EmailPreferenceChangedEvent } from "../../lib/schemas/users";
 import { messageIdFor, type OrderSnapshot } from "../../lib/email-message";
 import {
 	eventKeyOf,
 	MAX_REJECTED_PAYLOAD_CHARS,
 	OUTBOX_STATUSES,
 	truncate,
+	USERS_INTAKE_TIMEOUT_MS,
+	type EmailPreference,
+	type NotQueuedReason,
 	type NotifierMixin,
 	type NotifierThis,
 	type OutboxEntry,
@@ -27,7 +39,25 @@ const OutboxQuery = z.object({
 });
 type OutboxQuery = z.infer<typeof OutboxQuery>;
 
+/** An announcement may have been missed (this node or a peer was cut off), or a topic changed: nothing cached holds. */
+function forgetAllPreferences(this: NotifierThis): void {
+	this.emailPreferences.clear();
+}
+
 export const OutboxMixin: NotifierMixin = {
+	events: {
+		[EMAIL_PREFERENCE_CHANGED_EVENT](this: NotifierThis, ctx: Context<Partial<EmailPreferenceChangedEvent>>) {
+			const userId = ctx.params?.userId;
+			if (typeof userId === "string") this.emailPreferences.forget(userId);
+			else this.emailPreferences.clear();
+		},
+		// Whether a topic has email at all is part of users.emailPreference's answer.
+		"topics.changed": forgetAllPreferences,
+		"$transporter.connected": forgetAllPreferences,
+		"$node.connected": forgetAllPreferences,
+		"$node.disconnected": forgetAllPreferences,
+	},
+
 	actions: {
 		/**
 		 * Acknowledged intake, for dispatcher.publish in the embedded mode (no channel there): the
@@ -71,8 +101,35 @@ export const OutboxMixin: NotifierMixin = {
 			}
 			const event = parsed.data;
 			if (!EMAIL_STATUSES.has(event.status)) return;
+			const unwanted = await this.unwantedEmailReason(event.user_id);
+			if (unwanted) {
+				this.metrics.notQueued.inc({ reason: unwanted });
+				return;
+			}
 			await this.recordEmail(event);
 			this.wakeWorker();
+		},
+
+		/**
+		 * Why the user would not get the email (from the cache, or one users call on a miss), or
+		 * null when they would, or when users could not say: then the row is written as before.
+		 */
+		async unwantedEmailReason(this: NotifierThis, userId: string): Promise<NotQueuedReason | null> {
+			try {
+				return await this.emailPreferences.get(userId, async () => {
+					const preference = await this.broker.call<EmailPreference, { userId: string; topic: string }>(
+						"users.emailPreference",
+						{ userId, topic: TASKING_ORDER_STATUS_TOPIC },
+						{ timeout: USERS_INTAKE_TIMEOUT_MS },
+					);
+					if (!preference.enabled) return "email_off";
+					return preference.email ? null : "no_address";
+				});
+			} catch (err) {
+				// The worker reports a users outage when it meets it; anything else is worth a word here.
+				if (!isDependencyFailure(err)) this.logger.warn(`Could not read user ${userId}'s email preference at intake; the email is queued and checked again at send time`, err);
+				return null;
+			}
 		},
 
 		/** Adds the email to the outbox, once per (event, user): a repeat inserts nothing. */

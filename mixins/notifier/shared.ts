@@ -9,12 +9,27 @@ import type { FieldProblem } from "../../lib/errors";
 import type { TaskingOrderStatusEvent } from "../../lib/schemas/events";
 import type { ComposedEmail } from "../../lib/email-message";
 import type { MailTransport } from "../../lib/mail-transport";
+import type { EmailPreferenceCache } from "../../lib/email-preference-cache";
 
 export const OUTBOX_STATUSES = ["pending", "sent", "failed", "skipped"] as const;
 export type OutboxStatus = (typeof OUTBOX_STATUSES)[number];
 
 export const USERS_CALL_TIMEOUT_MS = 10_000;
 export const USERS_UNAVAILABLE_WAIT_MS = 2_000;
+// Intake asks users.emailPreference only to avoid writing rows nobody will send; when users is
+// slow it would rather write the row (the worker asks again) than hold the intake for long.
+export const USERS_INTAKE_TIMEOUT_MS = 2_000;
+// How long intake trusts a user's cached preference with no announcement. Changes are announced
+// (users.emailPreferenceChanged) and a lost connection clears everything, so this bounds only an
+// announcement missed otherwise, and only its costly direction: an "off" that is now "on" loses
+// the emails of that window (an "on" now "off" costs a row the worker skips). 30 s keeps that
+// window short while one load serves a busy user's events for long enough that the load's cost
+// (~1 ms, a round trip and a read) vanishes per event.
+export const EMAIL_PREFERENCE_TTL_MS = 30_000;
+export const EMAIL_PREFERENCE_CACHE_USERS = 100_000;
+
+/** Why intake wrote no outbox row for an email-worthy event (the label of emails_not_queued_total). */
+export type NotQueuedReason = "email_off" | "no_address";
 export const MAX_REJECTED_PAYLOAD_CHARS = 16 * 1024;
 export const MAX_ERROR_CHARS = 1000;
 
@@ -73,12 +88,15 @@ export interface EmailPreference {
 export interface NotifierMetrics {
 	attempts: Counter<string>;
 	finished: Counter<string>;
+	notQueued: Counter<string>;
 }
 
 export type NotifierThis = DbServiceThis & {
 	transport: MailTransport;
 	metrics: NotifierMetrics;
 	unsubscribeKey: Uint8Array;
+	/** Per user: why they would not get the order-status email (null: they would). */
+	emailPreferences: EmailPreferenceCache<NotQueuedReason | null>;
 	workerId: string;
 	inFlight: Map<string, Promise<void>>;
 	pollTimer: NodeJS.Timeout | null;
@@ -89,6 +107,7 @@ export type NotifierThis = DbServiceThis & {
 
 	// outbox.mixin.ts
 	ingestOrderStatus(payload: unknown): Promise<void>;
+	unwantedEmailReason(userId: string): Promise<NotQueuedReason | null>;
 	recordEmail(event: TaskingOrderStatusEvent): Promise<void>;
 	recordRejected(payload: unknown, errors: FieldProblem[]): Promise<void>;
 	toEntry(row: OutboxRow): OutboxEntry;
