@@ -26,7 +26,7 @@ import type { Knex } from "knex";
 import { connect, type NatsConnection } from "nats";
 import type { ChildServer } from "./child";
 import type { ProbeFigures } from "./event-loop-probe";
-import { BROKER_PROCESSES, DATABASE_PROCESSES, cpuSecondsOf } from "./process-cpu";
+import { BROKER_PROCESSES, DATABASE_PROCESSES, cpuSecondsBetween, cpuSecondsByPid } from "./process-cpu";
 import { monotonicMs } from "./receiver";
 import type { Receivers } from "./receivers";
 import { percentile, round } from "./stats";
@@ -172,8 +172,8 @@ async function burst(harness: BacklogHarness, deployment: BacklogDeployment, del
 	const counters = deployment.engine === "postgresql" ? await databaseCounters(deployment.db) : undefined;
 	// Apart: the counting subscriber doubles what nats-server sends, so its CPU would not be the service's.
 	const traffic = options.countNats ? await natsTraffic(harness.natsUrl) : undefined;
-	const database = cpuSecondsOf(DATABASE_PROCESSES);
-	const nats = cpuSecondsOf(BROKER_PROCESSES);
+	const database = cpuSecondsByPid(DATABASE_PROCESSES);
+	const nats = cpuSecondsByPid(BROKER_PROCESSES);
 	const started = monotonicMs();
 	let next = 0;
 	let failedSends = 0;
@@ -186,8 +186,8 @@ async function burst(harness: BacklogHarness, deployment: BacklogDeployment, del
 	const drained = await Promise.race([receivers.waitForOk(baseOk + expected).then(() => true), sleep(60_000 + 10 * expected).then(() => false)]);
 	const seconds = (monotonicMs() - started) / 1000;
 	const probes = await harness.probe([...deployment.nodes, receivers.child]);
-	const databaseSeconds = cpuSecondsOf(DATABASE_PROCESSES) - database;
-	const natsSeconds = cpuSecondsOf(BROKER_PROCESSES) - nats;
+	const databaseSeconds = cpuSecondsBetween(database, cpuSecondsByPid(DATABASE_PROCESSES));
+	const natsSeconds = cpuSecondsBetween(nats, cpuSecondsByPid(BROKER_PROCESSES));
 	const claimsAfter = claimTotals(await harness.probe(deployment.dispatchers));
 	const onNats = traffic?.read();
 	await traffic?.close();
