@@ -16,14 +16,7 @@ function clockTicks(): number {
 	return ticksPerSecond;
 }
 
-/** CPU seconds (user + system) used so far by the live processes with one of these names. */
-export function cpuSecondsOf(names: string[]): number {
-	let seconds = 0;
-	for (const used of cpuSecondsByPid(names).values()) seconds += used;
-	return seconds;
-}
-
-/** The same, per process id. */
+/** CPU seconds (user + system) used so far by each live process with one of these names, by process id. */
 export function cpuSecondsByPid(names: string[]): Map<string, number> {
 	const byPid = new Map<string, number>();
 	let entries: string[];
