@@ -24,6 +24,7 @@ import { natsEnabled, TEST_DATABASE_URL, TEST_NATS_URL, testDatabases } from "./
 import { waitUntil } from "./helpers/delivery-stack";
 import { dropIntakeStreams } from "../lib/intake-channel";
 import { TASKING_ORDER_STATUS_EVENT } from "../lib/schemas/events";
+import { implicitCustomerId } from "../lib/customers";
 
 const JWT_SECRET = "c".repeat(48);
 const SECRETS_KEY = Buffer.alloc(32, 9).toString("base64");
@@ -160,7 +161,8 @@ describeWithNats.each(testDatabases())("the compiled server (node dist/server.js
 		const created = await api("POST", "/webhooks", bearer, { name: "Compiled", url: `${receiver.url}/compiled/${user}`, events: ["tasking:order_status"] });
 		expect(created.status).toBe(201);
 
-		const event = { event_id: crypto.randomUUID(), user_id: user, customer_id: user, order_id: `order-${user}`, status: "fulfilled" };
+		// The token names no customer: the user is their own customer, which is not their id.
+		const event = { event_id: crypto.randomUUID(), user_id: user, customer_id: implicitCustomerId(user), order_id: `order-${user}`, status: "fulfilled" };
 		await (producer as unknown as { sendToChannel(name: string, payload: unknown): Promise<void> }).sendToChannel(TASKING_ORDER_STATUS_EVENT, event);
 
 		const [delivery] = await waitUntil(
