@@ -91,7 +91,12 @@ describeCluster("cluster faults", () => {
 	}, 240_000);
 
 	it("fault 2: NATS stopped for 5 s mid-run, restarted on the same port and store, loses nothing", async () => {
-		cluster = await Cluster.start({ label: "f2-nats-restart", respond: { status: 200, delayMs: 10 } });
+		// From the 40th delivery on, the receiver holds its answers until NATS is gone, so that the
+		// outage certainly lands while attempts are in flight (unheld, the dispatchers kept up with
+		// the paced producer and had delivered all it sent).
+		let held: Promise<void> | null = null;
+		let releaseHeld = () => {};
+		cluster = await Cluster.start({ label: "f2-nats-restart", respond: () => (held ? held.then(() => ({ status: 200 })) : { status: 200, delayMs: 10 }) });
 		await withClusterLogs(cluster, async () => {
 			const c = cluster!;
 			await c.startRoles(["gateway", "gateway"], ["dispatcher", "dispatcher-1"], ["dispatcher", "dispatcher-2"], ["notifier", "notifier"]);
@@ -102,10 +107,14 @@ describeCluster("cluster faults", () => {
 			// Paced, so that NATS goes away while events are still being sent, taken in and delivered.
 			const sending = c.send(before, { producer, concurrency: 2, gapMs: 20 });
 			await eventually(() => c.deliveredCount([webhook]), count => count >= 40, "the first deliveries");
+			held = new Promise(resolve => (releaseHeld = resolve));
+			await eventually(() => c.receiver.requests.filter(request => request.answeredStatus === undefined).length, count => count > 0, "an attempt in flight");
 
 			await c.nats.stop("SIGKILL");
 			const deliveredAtStop = c.deliveredCount([webhook]);
 			const sentAtStop = c.sentSoFar;
+			held = null;
+			releaseHeld();
 			// While NATS is gone, every node says so on /health.
 			for (const role of c.roles.values()) await eventually(() => role.health(), health => health?.status === 503, `${role.name} to report the outage`, 20_000);
 			await sleep(5_000);
