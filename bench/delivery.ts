@@ -4,7 +4,7 @@
 // endpoint, bench/lib/receiver.ts), the service nodes (bench/lib/service-node.ts, the app as
 // `npm start` or `npm run cluster` runs it) and the bare relay (bench/lib/relay-node.ts). This
 // process is the outside producer: a Moleculer node sending `tasking.order_status` events to
-// the durable JetStream channel, as README's producer example does.
+// the durable JetStream channel, as the producer example of docs/delivery.md does.
 //
 // 1. Floor: the fastest plain loop of signed POSTs we can write (undici, node:crypto HMAC over
 //    the bytes sent), CONCURRENCY at a time spread over the healthy endpoints, no broker, no

@@ -110,7 +110,7 @@ const positiveInt = (fallback: number) => wholeNumber({ min: 1 }).default(fallba
 export const ALL_SERVICES = ["api", "topics", "webhooks", "users", "dispatcher", "notifier"] as const;
 export type ServiceName = (typeof ALL_SERVICES)[number];
 
-// Exported so that a test can hold the README's configuration table to exactly these variables.
+// Exported so that a test can hold the table of docs/configuration.md to exactly these variables.
 export const EnvSchema = z.object({
 	NODE_ENV: z.string().default("development"),
 	PORT: port(3000),

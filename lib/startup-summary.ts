@@ -1,6 +1,6 @@
 // What the server prints once it is up: where to go next. Before, the last lines of `npm start`
 // were moleculer's route table, and a newcomer had to find the web app, the API and the token
-// command in the README.
+// command in the docs.
 import path from "node:path";
 import type { AppConfig } from "./config";
 import { MAIL_TO_FILES } from "./mail-transport";

@@ -49,7 +49,7 @@ async function runEmbedded(env: NodeJS.ProcessEnv): Promise<void> {
 			`${busy.join(" and ")} ${busy.length > 1 ? "are" : "is"} already in use: is \`npm start\` (or another \`npm run repl\`) running?\n` +
 				"In the embedded mode the REPL is the service's own prompt, so it cannot attach to another process.\n" +
 				"Stop the running service and start it with the prompt instead: npm run repl\n" +
-				"Or run the services as a cluster (TRANSPORTER=nats://…, see the README) and `npm run repl` joins it as a node running no service.\n",
+				"Or run the services as a cluster (TRANSPORTER=nats://…, see docs/cluster.md) and `npm run repl` joins it as a node running no service.\n",
 		);
 		process.exit(75);
 	}

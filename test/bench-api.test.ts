@@ -1,4 +1,4 @@
-// `npm run bench -- api`, as the README shows it, with a short load: one JSON document with the
+// `npm run bench -- api`, as docs/benchmarks.md shows it, with a short load: one JSON document with the
 // bare route, the authenticated list (a full page of the 25 seeded webhooks) and the create, every
 // request answered 2xx; and BENCH_PROFILE_DIR leaves a CPU profile of each server. Figures are
 // machine-dependent, so only their shape is checked.

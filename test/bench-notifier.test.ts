@@ -1,4 +1,4 @@
-// `npm run bench -- notifier`, as the README shows it: one JSON document on standard output, with
+// `npm run bench -- notifier`, as docs/benchmarks.md shows it: one JSON document on standard output, with
 // the CPU an email-worthy event of a user who never turned email on costs each process. Figures
 // are machine-dependent, so only their shape is checked, and that no such event left an outbox row.
 import { execFile } from "node:child_process";

@@ -1,4 +1,4 @@
-// `npm run bench -- sender`, as the README shows it: one JSON document on standard output, with
+// `npm run bench -- sender`, as docs/benchmarks.md shows it: one JSON document on standard output, with
 // the floor and both senders measured in the same run against real HTTPS receivers. Figures are
 // machine-dependent, so only their shape is checked, and that the receivers answered 200 to
 // every request each measurement made (the benchmark itself fails a run with any failure).

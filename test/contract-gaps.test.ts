@@ -1,6 +1,6 @@
 // Contract edges through the real gateway: the 64 KiB body limit to the byte, paging with no
 // `next` link when the last page is exactly full, trailing slashes on the delivery-log and retry
-// routes, and following `links[].href` the way the README says (resolved against the API's URL).
+// routes, and following `links[].href` the way docs/api.md says (resolved against the API's URL).
 import crypto from "node:crypto";
 import { expectProblem, snapshotTables } from "./helpers/stack";
 import { testDatabases } from "./helpers/services";

@@ -260,11 +260,26 @@ describe("the server process", () => {
 	});
 
 	const describeCluster = natsEnabled() && process.env.TEST_POSTGRES === "yes" ? describe : describe.skip;
-	describeCluster("npm run cluster (the README's recipe for a cluster without Docker)", () => {
+	describeCluster("npm run cluster (the recipe of docs/cluster.md for a cluster without Docker)", () => {
+		/** The recipe's one command line: the variables it sets, and the command. */
+		function recipe(): { variables: string[]; command: string[] } {
+			const doc = fs.readFileSync(path.join(ROOT, "docs", "cluster.md"), "utf8");
+			const blocks = [...doc.matchAll(/```sh\n([\s\S]*?)```/g)].map(match => match[1].trim());
+			expect(blocks).toHaveLength(1);
+			const words = blocks[0].split(/\s+/);
+			const variables = words.filter(word => /^[A-Z_]+=/.test(word)).map(word => word.split("=")[0]);
+			return { variables, command: words.slice(variables.length) };
+		}
+
 		it("starts a gateway, two dispatchers and a notifier as processes of their own, and Ctrl-C stops them all", async () => {
+			// The command docs/cluster.md shows, with its two variables pointed at this test's servers
+			// (the others only keep this run apart from anything else on the machine).
+			const { variables, command } = recipe();
+			expect(variables).toEqual(["TRANSPORTER", "DATABASE_URL"]);
+			expect(command).toEqual(["npm", "run", "cluster"]);
 			const opsBase = await consecutiveFreePorts(4);
 			const namespace = `recipe-${process.pid}`;
-			const running = run(["npm", "run", "cluster"], {
+			const running = run(command, {
 				TRANSPORTER: TEST_NATS_URL,
 				DATABASE_URL: TEST_DATABASE_URL,
 				DATABASE_SCHEMA: `recipe_${process.pid}`,

@@ -97,8 +97,8 @@ describe.each(testDatabases())("examples/receiver.mjs (%s)", database => {
 
 describe("the docs", () => {
 	it("show examples/producer.mjs as it is, so that what readers copy is what the test runs", () => {
-		const readme = fs.readFileSync(path.join(REPO_ROOT, "README.md"), "utf8");
-		expect(readme).toContain("```js\n" + fs.readFileSync(path.join(REPO_ROOT, "examples", "producer.mjs"), "utf8") + "```");
+		const doc = fs.readFileSync(path.join(REPO_ROOT, "docs", "delivery.md"), "utf8");
+		expect(doc).toContain("```js\n" + fs.readFileSync(path.join(REPO_ROOT, "examples", "producer.mjs"), "utf8") + "```");
 	});
 });
 

@@ -2,7 +2,7 @@
 // answer is checked for its status and problem details, and the database for being unchanged.
 // OPTIONS never reaches an action; parameters come only from where a route documents them;
 // "__proto__" is a plain unknown key; an error answer has written nothing; token claims,
-// rate limits, names, URLs, answer sizes and headers follow the README's rules.
+// rate limits, names, URLs, answer sizes and headers follow the rules of docs/api.md.
 import type net from "node:net";
 import os from "node:os";
 import fs from "node:fs";

@@ -250,7 +250,7 @@ describePostgres("HTTP intake, embedded, PostgreSQL cut off", () => {
 	});
 });
 
-describe("the README's HTTP producer example", () => {
+describe("the HTTP producer example of docs/delivery.md", () => {
 	let stack: Stack;
 	beforeAll(async () => {
 		stack = await startStack();
@@ -258,9 +258,9 @@ describe("the README's HTTP producer example", () => {
 	afterAll(() => stack?.stop());
 
 	it("runs as written and stores the events it posts", async () => {
-		const readme = fs.readFileSync(path.join(ROOT, "README.md"), "utf8");
-		const section = readme.split(/^#{2,4} /m).find(part => part.startsWith("Over HTTP, for producers outside the broker\n"));
-		if (!section) throw new Error('the README has no "Over HTTP, for producers outside the broker" subsection');
+		const doc = fs.readFileSync(path.join(ROOT, "docs", "delivery.md"), "utf8");
+		const section = doc.split(/^#{2,4} /m).find(part => part.startsWith("Over HTTP, for producers outside the broker\n"));
+		if (!section) throw new Error('docs/delivery.md has no "Over HTTP, for producers outside the broker" subsection');
 		const script = [...section.matchAll(/```sh\n([\s\S]*?)```/g)].map(match => match[1]).join("\n");
 		expect(script).toContain("curl");
 		const shellEnv = Object.fromEntries(Object.entries(process.env).filter(([name]) => !/^npm_/i.test(name)));

@@ -1,4 +1,4 @@
-// docs/quickstart.md, run as written in a fresh clone of this repository: each `sh` block in its
+// The README's quick start, run as written in a fresh clone of this repository: each `sh` block in its
 // own terminal-like process, the service through `npm start`, the receiver through
 // `npm run listen`, stopped with Ctrl-C (SIGINT to the process group) as a person would.
 // Two changes only: `npm install` is left out (the clone uses this checkout's node_modules and
@@ -21,8 +21,10 @@ interface QuickStart {
 }
 
 function quickStartSteps(): QuickStart {
-	const doc = fs.readFileSync(path.join(REPO_ROOT, "docs", "quickstart.md"), "utf8");
-	const blocks = [...doc.matchAll(/```sh\n([\s\S]*?)```/g)].map(match => match[1].trim());
+	const readme = fs.readFileSync(path.join(REPO_ROOT, "README.md"), "utf8");
+	const section = readme.split(/^## /m).find(part => part.startsWith("Quick start\n"));
+	if (!section) throw new Error("the README has no Quick start section");
+	const blocks = [...section.matchAll(/```sh\n([\s\S]*?)```/g)].map(match => match[1].trim());
 	expect(blocks).toHaveLength(5);
 	const [start, listen, restart, publish, mail] = blocks;
 	return { start, listen, restart, publish, mail };
@@ -35,7 +37,7 @@ function commandLines(steps: QuickStart): number {
 		.filter(line => line.trim() && !line.trim().startsWith("#")).length;
 }
 
-describe("docs/quickstart.md", () => {
+describe("the README's quick start", () => {
 	const steps = quickStartSteps();
 	const clone = fs.mkdtempSync(path.join(os.tmpdir(), "swh-quickstart-"));
 	const running: CommandProcess[] = [];
@@ -82,9 +84,9 @@ describe("docs/quickstart.md", () => {
 		expect(commandLines(steps)).toBeLessThanOrEqual(6);
 	});
 
-	it("restarts the service with the line the README's SSRF policy shows, so that the test below runs that one too", () => {
-		const readme = fs.readFileSync(path.join(REPO_ROOT, "README.md"), "utf8");
-		expect(readme).toContain("```sh\n" + steps.restart + "\n```");
+	it("restarts the service with the line the SSRF policy of docs/delivery.md shows, so that the test below runs that one too", () => {
+		const doc = fs.readFileSync(path.join(REPO_ROOT, "docs", "delivery.md"), "utf8");
+		expect(doc).toContain("```sh\n" + steps.restart + "\n```");
 	});
 
 	it("steps 1 to 3: the service, the receiver, and the one restart it prints end in a verified test delivery", async () => {

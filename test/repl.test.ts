@@ -31,7 +31,7 @@ interface ReplProcess {
 
 function startRepl(env: Record<string, string>): ReplProcess {
 	const base = Object.fromEntries(Object.entries(process.env).filter(([name]) => !/^(npm_|TRANSPORTER|NAMESPACE|DATABASE_|DATA_DIR|PORT|OPS_PORT|SERVICES)/.test(name)));
-	// Exactly as the README says: `npm run repl`.
+	// Exactly as docs/operations.md says: `npm run repl` (-s only keeps npm's banner out of the output).
 	const child = spawn("npm", ["run", "-s", "repl"], { cwd: ROOT, env: { ...base, HOME: os.tmpdir(), ...env }, stdio: ["pipe", "pipe", "pipe"] });
 	let output = "";
 	child.stdout!.on("data", chunk => (output += chunk));
@@ -292,6 +292,13 @@ describeWithNats("REPL joined to a cluster over NATS, running no service", () =>
 		await repl?.stop();
 		await stack?.stop();
 		await receiver?.close();
+	});
+
+	it("is started as docs/operations.md shows: npm run repl with only where the cluster is", () => {
+		const doc = fs.readFileSync(path.join(ROOT, "docs", "operations.md"), "utf8");
+		const [line] = [...doc.matchAll(/```sh\n([\s\S]*?)```/g)].map(match => match[1].trim()).filter(block => block.includes("npm run repl"));
+		// The same two variables this suite gives its REPL, and the command startRepl runs.
+		expect(line).toMatch(/^TRANSPORTER=nats:\/\/\S+ NAMESPACE=\S+ npm run repl$/);
 	});
 
 	it("is a node of the cluster with no service of its own", async () => {

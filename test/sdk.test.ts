@@ -1,6 +1,6 @@
 // The TypeScript SDK (sdk/) against the real gateway and dispatcher: every method, the page
 // iterator, typed errors with their problem details, the bounded wait on 429, and verifyWebhook
-// on real deliveries (including a rotation's grace period), plus the README's SDK examples run
+// on real deliveries (including a rotation's grace period), plus the SDK examples of docs/api.md and docs/delivery.md run
 // as written. The SDK is an HTTP client, so one database engine is enough here.
 import { spawn, type ChildProcess } from "node:child_process";
 import crypto from "node:crypto";
@@ -342,7 +342,7 @@ describe("SDK against the real gateway", () => {
 		expect(asked).toBe(2);
 	});
 
-	describe("the README's SDK examples, run as written", () => {
+	describe("the SDK examples of docs/api.md and docs/delivery.md, run as written", () => {
 		const exampleDir = path.join(ROOT, "sdk", ".readme-examples");
 		const children: ChildProcess[] = [];
 		afterAll(() => {
@@ -350,11 +350,11 @@ describe("SDK against the real gateway", () => {
 			fs.rmSync(exampleDir, { recursive: true, force: true });
 		});
 
-		/** The ```ts block of README.md whose first line is `// <name>`. */
-		const readmeExample = (name: string) => {
-			const readme = fs.readFileSync(path.join(ROOT, "README.md"), "utf8");
-			const block = [...readme.matchAll(/```ts\n([\s\S]*?)```/g)].map(match => match[1]).find(code => code.startsWith(`// ${name}\n`));
-			if (!block) throw new Error(`README.md has no ts example named ${name}`);
+		/** The ```ts block of docs/<doc> whose first line is `// <name>`. */
+		const docExample = (doc: string, name: string) => {
+			const text = fs.readFileSync(path.join(ROOT, "docs", doc), "utf8");
+			const block = [...text.matchAll(/```ts\n([\s\S]*?)```/g)].map(match => match[1]).find(code => code.startsWith(`// ${name}\n`));
+			if (!block) throw new Error(`docs/${doc} has no ts example named ${name}`);
 			fs.mkdirSync(exampleDir, { recursive: true });
 			const file = path.join(exampleDir, name);
 			fs.writeFileSync(file, block);
@@ -374,7 +374,7 @@ describe("SDK against the real gateway", () => {
 		it("the client example creates a webhook, lists with the iterator and turns email on", async () => {
 			const exampleUser = `readme-${customer}`;
 			const exampleToken = await env.stack.token(exampleUser, { email: `${exampleUser}@example.com` });
-			const run = tsx(readmeExample("sdk-client.ts"), { API_URL: env.stack.baseUrl, TOKEN: exampleToken });
+			const run = tsx(docExample("api.md", "sdk-client.ts"), { API_URL: env.stack.baseUrl, TOKEN: exampleToken });
 			expect(await run.exited).toBe(0);
 			const { stdout } = run.output();
 			expect(stdout).toMatch(/created [0-9a-f-]{36}, secret whsec_/);
@@ -390,7 +390,7 @@ describe("SDK against the real gateway", () => {
 			const order = await publish();
 			const [delivered] = await deliveriesTo(created, 1);
 			const port = await freePort();
-			const run = tsx(readmeExample("receiver.ts"), { PORT: String(port), WEBHOOK_SECRETS: created.secret });
+			const run = tsx(docExample("delivery.md", "receiver.ts"), { PORT: String(port), WEBHOOK_SECRETS: created.secret });
 			const forward = async (body: string) => {
 				const headers = { "content-type": "application/json", ...Object.fromEntries(["webhook-id", "webhook-timestamp", "webhook-signature"].map(name => [name, String(delivered.headers[name])])) };
 				// The receiver starts in the background; retry until it listens.
@@ -405,7 +405,7 @@ describe("SDK against the real gateway", () => {
 							request.end(body);
 						}),
 					status => status !== 0,
-					"the README receiver to listen",
+					"the documented receiver to listen",
 				);
 			};
 			expect(await forward(delivered.body)).toBe(200);

@@ -1,5 +1,5 @@
 // `npm run -s token`: prints one line, a JWT that a server on the same DATA_DIR accepts, with the
-// claims asked for. Run through npm exactly as the README tells users to (`-s` keeps npm's banner
+// claims asked for. Run through npm exactly as the README and docs/configuration.md tell users to (`-s` keeps npm's banner
 // off standard output; .npmrc leaves npm's normal output on for everything else).
 import { spawn } from "node:child_process";
 import fs from "node:fs";

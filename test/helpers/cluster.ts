@@ -366,7 +366,7 @@ export class Cluster {
 		this.scripts.set(webhook.path, { answers: [...answers], fallback });
 	}
 
-	/** Turns email on for tasking:order_status, as the README shows (PUT /id/v3/user/settings). */
+	/** Turns email on for tasking:order_status, as docs/api.md shows (PUT /id/v3/user/settings). */
 	async optInToEmail(token: string): Promise<void> {
 		const response = await this.request("PUT", "/id/v3/user/settings", {
 			token,
@@ -396,7 +396,7 @@ export class Cluster {
 
 	/**
 	 * Sends the events to the channel from an outside node, `concurrency` at a time. Every
-	 * resolved send is stored in JetStream. A rejected send is sent again, as the README tells
+	 * resolved send is stored in JetStream. A rejected send is sent again, as docs/delivery.md tells
 	 * producers to: a rejection (a timeout just after NATS came back, say) does not prove the
 	 * event was not stored, which is why every event carries its event_id. Returns how many
 	 * events were sent; `sendRetries` counts the sends that had to be repeated. `gapMs` paces
