@@ -1,7 +1,8 @@
 // The runnable examples in examples/, each run as a customer or another team runs it, against a
 // real service: the HTTPS receiver (examples/receiver.mjs) verifying with the SDK's
-// verifyWebhook, and the Moleculer producer (examples/producer.mjs) on the durable JetStream
-// channel of a cluster-mode service. The SDK is built first, as its package would be installed.
+// verifyWebhook, the HTTP producers (examples/http-producer.mjs with fetch, http-producer.sh with
+// curl), and the Moleculer producer (examples/producer.mjs) on the durable JetStream channel of a
+// cluster-mode service. The SDK is built first, as its package would be installed.
 import crypto from "node:crypto";
 import fs from "node:fs";
 import os from "node:os";
@@ -92,6 +93,43 @@ describe.each(testDatabases())("examples/receiver.mjs (%s)", database => {
 		const refused = await stack.request("POST", `/id/v3/webhooks/${strangerHook.id}/test`, { token });
 		expect(refused.body).toMatchObject({ success: false, status_code: 400 });
 		await stranger.waitForOutput(/^refused: No matching signature found$/m);
+	});
+});
+
+describe.each(testDatabases())("examples/http-producer.mjs and http-producer.sh (%s)", database => {
+	let stack: Stack;
+
+	beforeAll(async () => {
+		stack = await startStack({ database, env: { ...LOOPBACK, WEBHOOK_CA_FILE: certificates.caFile } });
+	});
+	afterAll(async () => {
+		await stack?.stop();
+	});
+
+	it("post order events over HTTP that end as verified deliveries at the receiver", async () => {
+		const port = await freePort();
+		const webhook = await customerWebhook(stack, `https://localhost:${port}/`);
+		const receiver = await startReceiverExample(port, webhook.secret);
+		const env = { ...process.env, API_URL: `${stack.baseUrl}/id/v3`, TOKEN: await stack.token("orders-service", { scope: "events:publish" }) };
+
+		const withFetch = new CommandProcess("node", ["examples/http-producer.mjs"], env);
+		running.push(withFetch);
+		expect(await withFetch.exited).toEqual({ code: 0, signal: null });
+		expect(withFetch.output).toMatch(/^stored [0-9a-f-]{36} [0-9a-f-]{36}$/m);
+		await receiver.waitForOutput(/^verified tasking:order_status msg_\S+: \{"order_id":"o-2","status":"in progress"/m);
+		await receiver.waitForOutput(/^verified tasking:order_status msg_\S+: \{"order_id":"o-2","status":"fulfilled"/m);
+
+		const withCurl = new CommandProcess("bash", ["examples/http-producer.sh"], env);
+		running.push(withCurl);
+		expect(await withCurl.exited).toEqual({ code: 0, signal: null });
+		expect(withCurl.output).toMatch(/^\{"event_ids":\["[0-9a-f-]{36}"\]\}$/m);
+		await receiver.waitForOutput(/^verified tasking:order_status msg_\S+: \{"order_id":"o-3","status":"failed"/m);
+
+		// Without a token neither sends anything: they say why and fail.
+		const withoutToken = new CommandProcess("node", ["examples/http-producer.mjs"], { ...env, TOKEN: "" });
+		running.push(withoutToken);
+		expect((await withoutToken.exited).code).toBe(64);
+		expect(withoutToken.output).toMatch(/Set TOKEN/);
 	});
 });
 
