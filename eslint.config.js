@@ -31,9 +31,9 @@ module.exports = tseslint.config(
 		},
 	},
 	{
-		// ES-module scripts run by Node (the test OpenID Provider, which must be ESM).
+		// ES-module scripts run by Node: the test OpenID Provider (which must be ESM) and examples/.
 		files: ["**/*.mjs"],
-		languageOptions: { sourceType: "module", globals: { process: "readonly", URL: "readonly", console: "readonly" } },
+		languageOptions: { sourceType: "module", globals: { process: "readonly", URL: "readonly", console: "readonly", fetch: "readonly", setTimeout: "readonly" } },
 	},
 	{
 		// Plain CommonJS configuration files (this one, jest.config.js).
