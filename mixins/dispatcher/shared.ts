@@ -218,7 +218,7 @@ export type DispatcherThis = DbServiceThis & {
 	 */
 	waitingWebhooks: Set<string>;
 	/**
-	 * SQLite: the claim of all due rows reads only rows due after this (epoch ms), since what a
+	 * The claim of all due rows reads only rows due after this (epoch ms), since what a
 	 * drained claim left due before it was excluded webhooks' piles; null reads all due rows.
 	 */
 	scanFrom: number | null;
