@@ -32,7 +32,7 @@ import crypto from "node:crypto";
 import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
-import knex, { type Knex } from "knex";
+import knex from "knex";
 import { ServiceBroker } from "moleculer";
 import { connect } from "nats";
 import { Agent } from "undici";
@@ -42,7 +42,7 @@ import { startChild, type ChildServer } from "./lib/child";
 import { probe, probeAll, producerBroker, sendVia, serviceNodeEnv, type Probe } from "./lib/cluster-nodes";
 import { monotonicMs, type ReceiverReady } from "./lib/receiver";
 import { Receivers } from "./lib/receivers";
-import { againstFloor, backlogScenario, type BacklogHarness } from "./lib/backlog";
+import { againstFloor, backlogScenario, type BacklogDeployment, type BacklogHarness } from "./lib/backlog";
 import { concurrentLoops, floorBody, keyOf, signedPost, type SignedTarget } from "./lib/signed-post";
 import { machineCoresBetween, mean, percentile, readMachine, round } from "./lib/stats";
 
@@ -101,18 +101,10 @@ async function floor(targets: SignedTarget[], ca: string, receivers: Receivers):
 	return { rate: FLOOR_REQUESTS / seconds, client_cores: round((used.user + used.system) / 1e6 / seconds), receiver_cores: receiver.cpu_cores };
 }
 
-interface Deployment {
+/** A deployment of the service: what the backlog scenario uses of it, and the producer's broker. */
+interface Deployment extends BacklogDeployment {
 	label: string;
-	engine: "sqlite" | "postgresql";
-	cluster: boolean;
 	producer: ServiceBroker;
-	/** The dispatcher processes (one, or two in the cluster). */
-	dispatchers: Array<ChildServer<unknown>>;
-	nodes: Array<ChildServer<unknown>>;
-	db: Knex;
-	healthyIds: string[];
-	send(event: object): Promise<void>;
-	stop(): Promise<void>;
 }
 
 interface DeployOptions {

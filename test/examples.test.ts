@@ -60,7 +60,7 @@ async function customerWebhook(stack: Stack, url: string, name = "Example receiv
 	return { id: created.body.id, secret: created.body.secret };
 }
 
-describe.each(testDatabases())("examples/receiver.mjs (%s)", database => {
+describe.each(testDatabases())("examples/receiver.mjs and the HTTP producers (%s)", database => {
 	let stack: Stack;
 
 	beforeAll(async () => {
@@ -94,21 +94,10 @@ describe.each(testDatabases())("examples/receiver.mjs (%s)", database => {
 		expect(refused.body).toMatchObject({ success: false, status_code: 400 });
 		await stranger.waitForOutput(/^refused: No matching signature found$/m);
 	});
-});
 
-describe.each(testDatabases())("examples/http-producer.mjs and http-producer.sh (%s)", database => {
-	let stack: Stack;
-
-	beforeAll(async () => {
-		stack = await startStack({ database, env: { ...LOOPBACK, WEBHOOK_CA_FILE: certificates.caFile } });
-	});
-	afterAll(async () => {
-		await stack?.stop();
-	});
-
-	it("post order events over HTTP that end as verified deliveries at the receiver", async () => {
+	it("examples/http-producer.mjs and http-producer.sh post order events over HTTP that end as verified deliveries at the receiver", async () => {
 		const port = await freePort();
-		const webhook = await customerWebhook(stack, `https://localhost:${port}/`);
+		const webhook = await customerWebhook(stack, `https://localhost:${port}/`, "HTTP producers' receiver");
 		const receiver = await startReceiverExample(port, webhook.secret);
 		const env = { ...process.env, API_URL: `${stack.baseUrl}/id/v3`, TOKEN: await stack.token("orders-service", { scope: "events:publish" }) };
 

@@ -52,6 +52,7 @@ type Probe = Omit<ProbeFigures, "type">;
 export interface BacklogDeployment {
 	engine: "sqlite" | "postgresql";
 	cluster: boolean;
+	/** The dispatcher processes (one, or two in the cluster). */
 	dispatchers: Array<ChildServer<unknown>>;
 	nodes: Array<ChildServer<unknown>>;
 	db: Knex;
