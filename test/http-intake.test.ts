@@ -258,6 +258,10 @@ describe("the HTTP producer example of docs/delivery.md", () => {
 	afterAll(() => stack?.stop());
 
 	it("runs as written and stores the events it posts", async () => {
+		// alice wants the order-status email: the fulfilled event of the example records one.
+		const alice = await stack.token("alice", { customer: "acme", email: "alice@example.com" });
+		const settings = await stack.request("PUT", "/id/v3/user/settings", { token: alice, body: { notifications: [{ category: "tasking", settings: [{ topic: "tasking:order_status", email: true }] }] } });
+		expect(settings.status).toBe(200);
 		const doc = fs.readFileSync(path.join(ROOT, "docs", "delivery.md"), "utf8");
 		const section = doc.split(/^#{2,4} /m).find(part => part.startsWith("Over HTTP, for producers outside the broker\n"));
 		if (!section) throw new Error('docs/delivery.md has no "Over HTTP, for producers outside the broker" subsection');
