@@ -35,6 +35,7 @@ interface ClaimingService {
 	refills: Set<string>;
 	roomLeft(): number;
 	claimRefills(): Promise<void>;
+	markBacklog(): void;
 }
 
 const inactiveTarget = (id: string): Target => ({ id, url: "https://receiver.example/hook", active: false, secrets: [generateWebhookSecret()], previousSecretExpiresAt: null, headers: {} });
@@ -177,6 +178,27 @@ describe.each(testDatabases())("claims on %s", database => {
 			dispatcher.heldByWebhook.delete(WAITING);
 			dispatcher.held -= 10;
 			dispatcher.waitingWebhooks.delete(WAITING);
+		}
+	});
+
+	it("reads all due rows at once when a claim was asked for while the poll's narrower one ran", async () => {
+		const dueSinces: Array<number | null> = [];
+		const claimBatch = dispatcher.claimBatch;
+		dispatcher.claimBatch = async (limit: number, dueSince?: number | null) => {
+			dueSinces.push(dueSince ?? null);
+			// Rows freed meanwhile (a retry by hand, a webhook enabled again) ask for a claim.
+			if (dueSinces.length === 1) dispatcher.markBacklog();
+			return claimBatch(limit, dueSince);
+		};
+		try {
+			dispatcher.backlog = true;
+			dispatcher.scanFrom = Date.now() - 1_000;
+			await dispatcher.claimUntilFull();
+			expect(dueSinces).toHaveLength(2);
+			expect(dueSinces[0]).not.toBeNull();
+			expect(dueSinces[1]).toBeNull();
+		} finally {
+			dispatcher.claimBatch = claimBatch;
 		}
 	});
 

@@ -79,12 +79,14 @@ export const ClaimsMixin: DispatcherMixin = {
 						// such a claim reads past. Released, a webhook's pile waited for the poll's claim of
 						// all due rows, 10 polls later; in the backlog benchmark every webhook stopped for
 						// 8-9 s at a time, and a burst of 20,000 drained at 571/s against 2,500-4,000/s for
-						// bursts of 5,000. They stay waiting, for their own refills.
+						// bursts of 5,000. They stay waiting, for their own refills. A claim asked for
+						// meanwhile (markBacklog, which reads all due rows) runs at the next turn.
 						if (dueSince !== null) {
-							this.backlog = false;
-							return;
-						}
-						if (this.releaseDrained(seqBefore)) {
+							if (this.requestedAt <= seqBefore) {
+								this.backlog = false;
+								return;
+							}
+						} else if (this.releaseDrained(seqBefore)) {
 							this.backlog = false;
 							// What a drained claim left due was excluded webhooks' piles, which refills take
 							// by their own index. Read past on every claim, they cost SQLite its event loop
