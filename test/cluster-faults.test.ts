@@ -113,6 +113,7 @@ describeCluster("cluster faults", () => {
 			await c.nats.stop("SIGKILL");
 			const deliveredAtStop = c.deliveredCount([webhook]);
 			const sentAtStop = c.sentSoFar;
+			const inFlightAtStop = c.receiver.requests.filter(request => request.answeredStatus === undefined).length;
 			held = null;
 			releaseHeld();
 			// While NATS is gone, every node says so on /health.
@@ -135,12 +136,13 @@ describeCluster("cluster faults", () => {
 			// events than were acknowledged, and event_id makes the extra copies harmless.
 			const streamMessages = await c.streamMessages();
 			const restarts = [...c.roles.values()].filter(role => role.starts > 1 || !role.running).map(role => role.name);
-			printFigures("fault 2: NATS down 5 s", { ...figures, sent_at_stop: sentAtStop, delivered_at_stop: deliveredAtStop, producer_send_retries: c.sendRetries, stream_messages: streamMessages, emails, roles_restarted_or_dead: restarts });
+			printFigures("fault 2: NATS down 5 s", { ...figures, sent_at_stop: sentAtStop, delivered_at_stop: deliveredAtStop, in_flight_at_stop: inFlightAtStop, producer_send_retries: c.sendRetries, stream_messages: streamMessages, emails, roles_restarted_or_dead: restarts });
 			expect(figures).toMatchObject({ sent: all.length, lost: 0, bad_signatures: 0, wrong_payloads: 0, unexpected: 0, split_deliveries: 0 });
-			// NATS went away mid-run: the producer was still sending, and stored events were still
-			// waiting for their delivery.
+			// NATS went away mid-run: the producer was still sending, and attempts were in flight.
+			// (Not "delivered < sent": a delivery can arrive before its send is acknowledged to the
+			// producer, so the two counts met in a fresh-clone run although attempts were held.)
 			expect(sentAtStop).toBeLessThan(before.length);
-			expect(deliveredAtStop).toBeLessThan(sentAtStop);
+			expect(inFlightAtStop).toBeGreaterThan(0);
 			expect(emails).toMatchObject({ lost: 0, unexpected: 0 });
 			expect(streamMessages).toBeGreaterThanOrEqual(sent);
 			// A 5 s outage is ridden out: no node gave up and exited.
