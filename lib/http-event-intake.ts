@@ -2,7 +2,7 @@
 // body is one event or a list of at most MAX_EVENTS_PER_REQUEST, every event is checked with the
 // same schema the consumers use, and every problem names its place (`[3].status` in a list,
 // `status` for a single event). mixins/gateway-event-intake.ts applies them.
-import { formatIssuePath, issuesToProblems } from "../mixins/validation";
+import { formatIssuePath, issuesToProblems } from "./zod-problems";
 import type { FieldProblem } from "./errors";
 import { MAX_EVENTS_PER_REQUEST, TaskingOrderStatusEvent } from "./schemas/events";
 

@@ -5,7 +5,7 @@ import { z } from "zod";
 import type { CatalogueTopic } from "./schemas/topics";
 import { NotificationsUpdate, type CategorySettings, type SettingUpdate } from "./schemas/users";
 import { UnprocessableError, type FieldProblem } from "./errors";
-import { issuesToProblems } from "../mixins/validation";
+import { issuesToProblems } from "./zod-problems";
 
 /** Topics a user may turn email on for, in catalogue order. */
 export function emailCapableTopics(catalogue: readonly CatalogueTopic[]): CatalogueTopic[] {

@@ -6,6 +6,7 @@
 import { Errors, Validators, type ActionHandler, type ActionSchema, type Context } from "moleculer";
 import type { z } from "zod";
 import type { FieldProblem } from "../lib/errors";
+import { issuesToProblems } from "../lib/zod-problems";
 
 export const ZOD_SCHEMA = "$zodSchema";
 
@@ -15,23 +16,6 @@ export interface ZodParams {
 
 export function zodParams(schema: z.ZodType): ZodParams {
 	return { [ZOD_SCHEMA]: () => schema };
-}
-
-/** Renders a zod path as `events[0]` / `notifications[1].settings[0].email`. */
-export function formatIssuePath(path: ReadonlyArray<PropertyKey>): string {
-	return path.reduce<string>((text, key) => (typeof key === "number" ? `${text}[${key}]` : text ? `${text}.${String(key)}` : String(key)), "");
-}
-
-export function issuesToProblems(error: z.ZodError): FieldProblem[] {
-	return error.issues.flatMap(issue => {
-		// zod reports unknown keys on the object; give each key its own entry, at its own path,
-		// so a client can point at the field to drop.
-		if (issue.code === "unrecognized_keys") {
-			const keys = (issue as { keys: string[] }).keys;
-			return keys.map(key => ({ path: formatIssuePath([...issue.path, key]), message: "is not a known field" }));
-		}
-		return [{ path: formatIssuePath(issue.path), message: issue.message }];
-	});
 }
 
 export function validationError(error: z.ZodError): Errors.ValidationError {
