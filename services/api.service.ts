@@ -20,6 +20,10 @@ import { httpRequestObserver } from "../lib/http-metrics";
 import { checkJsonBody, JsonBodyProblem } from "../lib/json-body";
 
 export const API_BASE = "/id/v3";
+// What the two bearer-token routes (the API and the event intake) share: explicit aliases only,
+// bodies parsed by their own `use` chain, and body, query and path kept apart (`callAction` builds
+// the action's params from them).
+const API_ROUTE = { mappingPolicy: "restrict", autoAliases: false, bodyParsers: false, mergeParams: false, callOptions: { timeout: 30_000 } } as const;
 const BODY_LIMIT = "64kb";
 const METHODS_WITH_BODY = new Set(["POST", "PUT", "PATCH"]);
 // Refreshing the user record on every request would cost a write each time: remember what we
@@ -159,11 +163,7 @@ const ApiService: ServiceSchema<ServiceSettingSchema, ApiThis> = {
 		routes: [
 			{
 				path: API_BASE,
-				mappingPolicy: "restrict",
-				autoAliases: false,
-				bodyParsers: false,
-				// Body, query and path stay apart: `callAction` builds the action's params from them.
-				mergeParams: false,
+				...API_ROUTE,
 				// Filled in `merged`. Order matters: the address limit first (bad tokens count too), then
 				// 401 before the principal's limit, then 415 before 413/400, so an unauthenticated caller
 				// learns nothing else.
@@ -185,7 +185,6 @@ const ApiService: ServiceSchema<ServiceSettingSchema, ApiThis> = {
 					"GET /user/details": "users.details",
 					"PUT /user/settings": "users.updateSettings",
 				},
-				callOptions: { timeout: 30_000 },
 				onBeforeCall(this: ApiThis, ctx: Context<unknown, GatewayMeta>, _route: unknown, req: GatewayRequest) {
 					const ifMatch = req.headers["if-match"];
 					if (typeof ifMatch === "string") ctx.meta.ifMatch = ifMatch;
@@ -207,16 +206,12 @@ const ApiService: ServiceSchema<ServiceSettingSchema, ApiThis> = {
 				// Producers outside the broker post order events here (mixins/gateway-event-intake.ts).
 				// A route of its own because its body is one event or a list, and its token needs a scope.
 				path: `${API_BASE}/events`,
-				mappingPolicy: "restrict",
-				autoAliases: false,
-				bodyParsers: false,
-				mergeParams: false,
+				...API_ROUTE,
 				// Filled in `merged`: the same limits and authentication as the route above.
 				use: [],
 				aliases: {
 					"POST /tasking.order_status": PUBLISH_EVENTS_ACTION,
 				},
-				callOptions: { timeout: 30_000 },
 				onAfterCall(this: ApiThis, ctx: Context<unknown, GatewayMeta>, _route: unknown, _req: GatewayRequest, _res: ServerResponse, data: unknown) {
 					ctx.meta.$statusCode = STATUS_BY_ACTION[PUBLISH_EVENTS_ACTION];
 					return data;
