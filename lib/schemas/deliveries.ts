@@ -49,6 +49,11 @@ export const Delivery = z.object({
 	last_attempt_at: z.string().nullable(),
 	last_status_code: z.number().int().nullable(),
 	last_error_kind: z.enum(ERROR_KINDS).nullable(),
+	/**
+	 * With ordering per order: the earlier delivery of the same order that this one waits for
+	 * (then `status` is pending and `next_attempt_at` null); null otherwise.
+	 */
+	waiting_for: z.string().nullable(),
 	created_at: z.string(),
 	updated_at: z.string(),
 });

@@ -162,6 +162,10 @@ export interface DisableResult {
 	webhook: (WebhookView & { customerId: string }) | null;
 }
 
+/** API.md, "Ordering per order": per_order (the default) delivers one order's statuses one at a time, in order. */
+export const WEBHOOK_ORDERINGS = ["per_order", "none"] as const;
+export type WebhookOrdering = (typeof WEBHOOK_ORDERINGS)[number];
+
 /** Signing secrets in clear, newest first: the current one, then the previous one during its grace. */
 export interface Subscriber {
 	id: string;
@@ -172,6 +176,8 @@ export interface Subscriber {
 	previousSecretExpiresAt: string | null;
 	/** Custom request headers in clear (decrypted for the dispatcher only). */
 	headers: Record<string, string>;
+	/** Absent from an older peer: per_order. */
+	ordering?: WebhookOrdering;
 }
 
 export interface ResolvedWebhook extends Subscriber {
@@ -192,6 +198,8 @@ export interface WebhookChangedEvent {
 	id: string;
 	customerId: string;
 	active: boolean;
+	/** The webhook's ordering after the change (webhooks.updated); a change to "none" releases its waiting deliveries. */
+	ordering?: WebhookOrdering;
 }
 
 export interface WebhookRemovedEvent {

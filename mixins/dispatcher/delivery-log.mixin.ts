@@ -195,6 +195,7 @@ export const DeliveryLogMixin: DispatcherMixin = {
 				last_attempt_at: row.last_attempt_at,
 				last_status_code: row.last_status_code === null ? null : Number(row.last_status_code),
 				last_error_kind: row.last_error_kind,
+				waiting_for: null,
 				created_at: row.created_at,
 				updated_at: row.updated_at,
 			};
