@@ -3,6 +3,7 @@
 // rejected events (payloads that failed validation). Timestamps are ISO 8601 UTC text.
 import type { Migration } from "../mixins/db.mixin";
 import { moveImplicitCustomers, restoreImplicitCustomers } from "../lib/customers";
+import { ORDER_HEAD_PREDICATE } from "../lib/order-queues";
 
 export const dispatcherMigrations: Migration[] = [
 	{
@@ -193,6 +194,33 @@ export const dispatcherMigrations: Migration[] = [
 		async down(db) {
 			await restoreImplicitCustomers(db, "delivery_messages");
 			await restoreImplicitCustomers(db, "deliveries");
+		},
+	},
+	{
+		// Ordering per order (API.md): a webhook's deliveries of one tasking order form a queue,
+		// order_key (the order_id; NULL for what is never ordered: test sends, notices, webhooks
+		// with ordering "none", hand-made retries). Its head is the one pending row that is not
+		// `waiting`; the others wait out of the due index (next_attempt_at NULL), so claims never
+		// read them. The unique index makes "one head per queue" the database's rule, so two
+		// instances taking in statuses of one order at once cannot both start one: the second
+		// insert meets the first's head and goes in as waiting instead.
+		name: "008_order_queues",
+		async up(db) {
+			await db.schema.alterTable("deliveries", table => {
+				table.string("order_key", 200).nullable();
+				table.boolean("waiting").notNullable().defaultTo(false);
+			});
+			await db.raw(`CREATE UNIQUE INDEX deliveries_order_head_idx ON deliveries (webhook_id, order_key) WHERE ${ORDER_HEAD_PREDICATE}`);
+			// A queue's waiting rows, for the promotion of the next one and for waiting_for.
+			await db.raw("CREATE INDEX deliveries_order_waiting_idx ON deliveries (webhook_id, order_key) WHERE status = 'pending' AND waiting");
+		},
+		async down(db) {
+			await db.raw("DROP INDEX deliveries_order_waiting_idx");
+			await db.raw("DROP INDEX deliveries_order_head_idx");
+			await db.schema.alterTable("deliveries", table => {
+				table.dropColumn("waiting");
+				table.dropColumn("order_key");
+			});
 		},
 	},
 ];

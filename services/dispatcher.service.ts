@@ -41,6 +41,7 @@ import { DeliveryStatsMixin } from "../mixins/dispatcher/stats.mixin";
 import { DispatcherBacklogMixin } from "../mixins/backlog.mixin";
 import { DispatcherOperatorMixin } from "../mixins/dispatcher-operator.mixin";
 import { LifecycleMixin } from "../mixins/dispatcher/lifecycle.mixin";
+import { OrderQueuesMixin } from "../mixins/dispatcher/order-queues.mixin";
 import { DISPATCHER_PRUNE_JOBS } from "../mixins/dispatcher/retention";
 import { RetentionMixin } from "../mixins/retention.mixin";
 
@@ -66,6 +67,8 @@ const parts = [
 	DispatcherOperatorMixin,
 	// action recover; events webhooks.updated / disabled; noteOutcome, disableWebhook, parkPending
 	LifecycleMixin,
+	// ordering per order: promotion of a queue's next delivery, event webhooks.updated (ordering "none"), waitingForOf
+	OrderQueuesMixin,
 	// action prune; RETENTION_PERIOD: old messages, finished deliveries, attempts, rejected events
 	RetentionMixin(DISPATCHER_PRUNE_JOBS),
 ] as Partial<ServiceSchema>[];

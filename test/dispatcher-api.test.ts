@@ -111,6 +111,7 @@ describe.each(testDatabases())("dispatcher API on %s", database => {
 					last_attempt_at: expect.any(String),
 					last_status_code: 200,
 					last_error_kind: null,
+					waiting_for: null,
 					created_at: expect.any(String),
 					updated_at: expect.any(String),
 				});

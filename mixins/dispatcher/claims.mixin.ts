@@ -294,6 +294,7 @@ export const ClaimsMixin: DispatcherMixin = {
 				attemptCount: Number(row.attempt_count),
 				firstAttemptAt: row.first_attempt_at,
 				manualRetry: isTrue(row.manual_retry),
+				orderKey: row.order_key,
 			}));
 		},
 
@@ -351,6 +352,7 @@ export const ClaimsMixin: DispatcherMixin = {
 				}
 				if (this.polls % PARKED_RECHECK_POLLS === 0) {
 					await this.recheckParked();
+					await this.sweepHeadlessQueues();
 					// Entries are only dropped when read; without this, every webhook ever seen would stay.
 					const now = Date.now();
 					for (const [id, cached] of this.targets) if (cached.expiresAt < now) this.targets.delete(id);

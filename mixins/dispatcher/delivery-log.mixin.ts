@@ -28,6 +28,7 @@ import {
 	type DispatcherThis,
 	type MessageRow,
 	type TenantMeta,
+	OUT_OF_ORDER_QUEUE,
 } from "./shared";
 
 const DELIVERIES_PATH = (webhookId: string) => `/id/v3/webhooks/${webhookId}/deliveries`;
@@ -94,13 +95,14 @@ export const DeliveryLogMixin: DispatcherMixin = {
 					);
 				}
 				const rows: DeliveryRow[] = await query;
+				const waitingFor = await this.waitingForOf(rows);
 				const statusQuery = status ? `&status=${status}` : "";
 				const page = buildPage(
 					rows,
 					perPage,
 					Number(count),
 					row => ({ at: row.created_at, id: row.id }),
-					row => this.present({ ...row, webhook_active: webhook.active }),
+					row => this.present({ ...row, webhook_active: webhook.active }, waitingFor.get(row.id)),
 					next => `${DELIVERIES_PATH(id)}?per_page=${perPage}${statusQuery}&token=${encodeURIComponent(next)}`,
 				);
 				return { deliveries: page.items, context: page.context, links: page.links };
@@ -115,7 +117,7 @@ export const DeliveryLogMixin: DispatcherMixin = {
 				const message: Pick<MessageRow, "body"> = await this.db("delivery_messages").where({ event_id: row.event_id }).first("body");
 				const attempts: AttemptRow[] = await this.db("delivery_attempts").where({ delivery_id: row.id }).orderBy([{ column: "attempt" }, { column: "id" }]);
 				return {
-					...this.present(row),
+					...this.present(row, (await this.waitingForOf([row])).get(row.id)),
 					payload: JSON.parse(message.body) as unknown,
 					// Never the response body: the log must not become a way to read other servers.
 					attempts: attempts.map(attempt => ({
@@ -135,7 +137,8 @@ export const DeliveryLogMixin: DispatcherMixin = {
 		/**
 		 * POST /webhooks/{id}/deliveries/{delivery_id}/retry (202): an attempt as soon as possible.
 		 * A pending delivery just becomes due now. A finished one gets one more attempt, without
-		 * automatic retries after it. One already being attempted is left as it is.
+		 * automatic retries after it. One already being attempted is left as it is. Either leaves
+		 * its order's queue (API.md: a hand retry sends at once), and a waiting one stops waiting.
 		 */
 		retryDelivery: {
 			params: zodParams(DeliveryParams),
@@ -147,14 +150,15 @@ export const DeliveryLogMixin: DispatcherMixin = {
 					await this.db("deliveries")
 						.where({ id: row.id, status: "pending" })
 						.andWhere(free => free.whereNull("lease_id").orWhere("next_attempt_at", "<=", now))
-						.update({ next_attempt_at: now, parked: false, lease_id: null, updated_at: now });
+						.update({ next_attempt_at: now, parked: false, lease_id: null, ...OUT_OF_ORDER_QUEUE, updated_at: now });
 				} else {
 					await this.db("deliveries")
 						.where({ id: row.id, status: row.status })
-						.update({ status: "pending", manual_retry: true, next_attempt_at: now, parked: false, lease_id: null, updated_at: now });
+						.update({ status: "pending", manual_retry: true, next_attempt_at: now, parked: false, lease_id: null, ...OUT_OF_ORDER_QUEUE, updated_at: now });
 				}
 				this.requestClaim();
-				return this.present((await this.ownedDelivery(ctx)) as DeliveryRow);
+				const retried = await this.ownedDelivery(ctx);
+				return this.present(retried, (await this.waitingForOf([retried])).get(retried.id));
 			},
 		},
 	},
@@ -179,7 +183,7 @@ export const DeliveryLogMixin: DispatcherMixin = {
 			return { ...row, webhook_active: webhook.active };
 		},
 
-		present(this: DispatcherThis, row: DeliveryRow): Delivery {
+		present(this: DispatcherThis, row: DeliveryRow, waitingFor?: string): Delivery {
 			const now = nowIso();
 			const underWay = row.status === "pending" && row.lease_id !== null && row.next_attempt_at !== null && row.next_attempt_at > now;
 			return {
@@ -195,7 +199,7 @@ export const DeliveryLogMixin: DispatcherMixin = {
 				last_attempt_at: row.last_attempt_at,
 				last_status_code: row.last_status_code === null ? null : Number(row.last_status_code),
 				last_error_kind: row.last_error_kind,
-				waiting_for: null,
+				waiting_for: waitingFor ?? null,
 				created_at: row.created_at,
 				updated_at: row.updated_at,
 			};

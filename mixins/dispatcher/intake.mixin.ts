@@ -23,6 +23,8 @@ import { columnArrays, runPrepared, unnestColumns, type PreparedStatement } from
 import { TASKING_ORDER_STATUS_EVENT, TASKING_ORDER_STATUS_TOPIC, TaskingOrderStatusEvent, withEventId } from "../../lib/schemas/events";
 import { WEBHOOK_EVENTS, type Subscriber } from "../../lib/schemas/webhooks";
 import { orderStatusMessage, type PublishResult } from "../../lib/schemas/deliveries";
+import { ORDER_HEAD_PREDICATE, inOccurrenceOrder, orderKeyFor } from "../../lib/order-queues";
+import type { OrderQueue } from "./order-queues.mixin";
 import {
 	REJECTED_EXCERPT_CHARS,
 	ROWS_PER_STATEMENT,
@@ -36,28 +38,47 @@ import {
 } from "./shared";
 
 const MESSAGE_COLUMNS = ["event_id", "customer_id", "user_id", "type", "body", "occurred_at", "created_at"] as const satisfies ReadonlyArray<keyof MessageRow>;
-const DELIVERY_COLUMNS = ["id", "event_id", "webhook_id", "customer_id", "status", "next_attempt_at", "lease_id", "created_at", "updated_at"] as const satisfies ReadonlyArray<keyof NewDeliveryRow>;
+const DELIVERY_COLUMNS = ["id", "event_id", "webhook_id", "customer_id", "status", "next_attempt_at", "lease_id", "order_key", "created_at", "updated_at"] as const satisfies ReadonlyArray<keyof NewDeliveryRow>;
 const MESSAGE_VALUES = MESSAGE_COLUMNS.map(column => (row: MessageRow) => row[column]);
 const DELIVERY_VALUES = DELIVERY_COLUMNS.map(column => (row: NewDeliveryRow) => row[column]);
+
+// A delivery whose order's queue already has a head goes in as waiting: out of the due index,
+// without a lease, until the head ends (results.mixin.ts promotes the next one).
+const AS_HEAD = `ON CONFLICT (webhook_id, order_key) WHERE ${ORDER_HEAD_PREDICATE} DO NOTHING`;
+
+/** What an intake write answers: the event_ids that were new, and the deliveries that went in as waiting. */
+export interface WrittenEvents {
+	inserted: Set<string>;
+	waiting: Set<string>;
+}
 
 /**
  * SQLite, inside one transaction: one prepared single-row statement per row (cached by the
  * connection; cheaper here than multi-row statements); deliveries only for the new events.
  */
-function insertEventsSqlite(connection: SqliteConnection, messages: MessageRow[], deliveries: NewDeliveryRow[]): Set<string> {
+function insertEventsSqlite(connection: SqliteConnection, messages: MessageRow[], deliveries: NewDeliveryRow[]): WrittenEvents {
 	const insertMessage = connection.prepare(
 		`INSERT INTO delivery_messages (${MESSAGE_COLUMNS.join(", ")}) VALUES (${MESSAGE_COLUMNS.map(column => `@${column}`).join(", ")}) ON CONFLICT (event_id) DO NOTHING`,
 	);
 	const inserted = new Set<string>();
 	for (const row of messages) if (insertMessage.run(row).changes === 1) inserted.add(row.event_id);
-	const insertDelivery = connection.prepare(`INSERT INTO deliveries (${DELIVERY_COLUMNS.join(", ")}) VALUES (${DELIVERY_COLUMNS.map(column => `@${column}`).join(", ")})`);
-	for (const row of deliveries) if (inserted.has(row.event_id)) insertDelivery.run(row);
-	return inserted;
+	const values = DELIVERY_COLUMNS.map(column => `@${column}`).join(", ");
+	const insertDelivery = connection.prepare(`INSERT INTO deliveries (${DELIVERY_COLUMNS.join(", ")}) VALUES (${values}) ${AS_HEAD}`);
+	const insertWaiting = connection.prepare(`INSERT INTO deliveries (${DELIVERY_COLUMNS.join(", ")}, waiting) VALUES (${values}, 1)`);
+	const waiting = new Set<string>();
+	for (const row of deliveries) {
+		if (!inserted.has(row.event_id) || insertDelivery.run(row).changes === 1) continue;
+		insertWaiting.run({ ...row, next_attempt_at: null, lease_id: null });
+		waiting.add(row.id);
+	}
+	return { inserted, waiting };
 }
 
 /**
  * PostgreSQL: the new messages and the deliveries of those in one statement (one round trip),
- * each column an array (every column here is text).
+ * each column an array (every column here is text). Deliveries that meet their queue's head go
+ * in as waiting, in the same statement: `waiting` reads what `d` left out. The head's insert
+ * waits for a concurrent transaction that inserted a head of the same queue, then sees it.
  */
 const INSERT_EVENTS_POSTGRES: PreparedStatement = {
 	name: "dispatcher_insert_events",
@@ -65,13 +86,28 @@ const INSERT_EVENTS_POSTGRES: PreparedStatement = {
 		INSERT INTO delivery_messages (${MESSAGE_COLUMNS.join(", ")})
 		SELECT * FROM ${unnestColumns(MESSAGE_COLUMNS.map(column => [column, "text"] as const), 1, "v")}
 		ON CONFLICT (event_id) DO NOTHING RETURNING event_id
-	), d AS (
-		INSERT INTO deliveries (${DELIVERY_COLUMNS.join(", ")})
+	), v AS MATERIALIZED (
 		SELECT * FROM ${unnestColumns(DELIVERY_COLUMNS.map(column => [column, "text"] as const), MESSAGE_COLUMNS.length + 1, "v")}
 		WHERE v.event_id IN (SELECT event_id FROM m)
+	), d AS (
+		INSERT INTO deliveries (${DELIVERY_COLUMNS.join(", ")})
+		SELECT * FROM v ${AS_HEAD}
+		RETURNING id
+	), w AS (
+		INSERT INTO deliveries (${DELIVERY_COLUMNS.join(", ")}, waiting)
+		SELECT ${DELIVERY_COLUMNS.map(column => (column === "next_attempt_at" || column === "lease_id" ? "NULL" : `v.${column}`)).join(", ")}, true
+		FROM v WHERE v.order_key IS NOT NULL AND v.id NOT IN (SELECT id FROM d)
+		RETURNING id
 	)
-	SELECT event_id FROM m`,
+	SELECT event_id, NULL AS waiting_id FROM m UNION ALL SELECT NULL, id FROM w`,
 };
+
+/** The order queues of the deliveries written as waiting. */
+function queuesOf(rows: NewDeliveryRow[], waiting: Set<string>): OrderQueue[] {
+	const queues = new Map<string, OrderQueue>();
+	for (const row of rows) if (waiting.has(row.id) && row.order_key !== null) queues.set(`${row.webhook_id}\u0000${row.order_key}`, { webhookId: row.webhook_id, orderKey: row.order_key });
+	return [...queues.values()];
+}
 
 /** PostgreSQL text cannot hold NUL characters, and a rejected payload may contain anything. */
 const storable = (text: string, max: number) => text.replaceAll("\u0000", "").slice(0, max);
@@ -187,6 +223,7 @@ export const IntakeMixin: DispatcherMixin = {
 				type: TASKING_ORDER_STATUS_TOPIC,
 				body: orderStatusMessage(event, TASKING_ORDER_STATUS_TOPIC, occurredAt),
 				occurredAt,
+				orderId: event.order_id,
 			});
 		},
 
@@ -226,20 +263,21 @@ export const IntakeMixin: DispatcherMixin = {
 			const leaseExpiresAt = Date.now() + this.config.DELIVERY_LEASE;
 			const leaseExpiry = new Date(leaseExpiresAt).toISOString();
 			const firstOfEvent = new Map<string, IntakeItem>();
-			for (const item of items) if (!firstOfEvent.has(item.eventId)) firstOfEvent.set(item.eventId, item);
+			for (const item of inOccurrenceOrder(items)) if (!firstOfEvent.has(item.eventId)) firstOfEvent.set(item.eventId, item);
 
 			// Every delivery is planned (and leased when the worker has room) before the write; those
 			// of an event that turns out to be a repeat are dropped again after it.
 			const messages: MessageRow[] = [];
 			const deliveryRows: NewDeliveryRow[] = [];
-			const planned: Array<{ eventId: string; webhookId: string; delivery?: LeasedDelivery }> = [];
+			const planned: Array<{ id: string; eventId: string; webhookId: string; delivery?: LeasedDelivery }> = [];
 			for (const item of firstOfEvent.values()) {
 				messages.push({ event_id: item.eventId, customer_id: item.customerId, user_id: item.userId, type: item.type, body: item.body, occurred_at: item.occurredAt, created_at: now });
 				for (const subscriber of subscribersOf.get(item.customerId) ?? []) {
 					const id = timeOrderedUuid();
+					const orderKey = orderKeyFor(subscriber.ordering, item.orderId);
 					const lease = !this.stopping && this.takeLease(subscriber.id);
-					const delivery = lease ? { id, webhookId: subscriber.id, body: item.body, leaseId, leaseExpiresAt, attemptCount: 0, firstAttemptAt: null, manualRetry: false } : undefined;
-					planned.push({ eventId: item.eventId, webhookId: subscriber.id, delivery });
+					const delivery = lease ? { id, webhookId: subscriber.id, body: item.body, leaseId, leaseExpiresAt, attemptCount: 0, firstAttemptAt: null, manualRetry: false, orderKey } : undefined;
+					planned.push({ id, eventId: item.eventId, webhookId: subscriber.id, delivery });
 					deliveryRows.push({
 						id,
 						event_id: item.eventId,
@@ -248,18 +286,20 @@ export const IntakeMixin: DispatcherMixin = {
 						status: "pending",
 						next_attempt_at: lease ? leaseExpiry : now,
 						lease_id: lease ? leaseId : null,
+						order_key: orderKey,
 						created_at: now,
 						updated_at: now,
 					});
 				}
 			}
-			let inserted: Set<string>;
+			let written: WrittenEvents;
 			try {
-				inserted = await this.writeEvents(messages, deliveryRows);
+				written = await this.writeEvents(messages, deliveryRows);
 			} catch (err) {
 				for (const { delivery } of planned) if (delivery) this.releaseHold(delivery.webhookId);
 				throw err;
 			}
+			const { inserted, waiting } = written;
 			const deliveriesOf = new Map<string, number>();
 			for (const eventId of inserted) deliveriesOf.set(eventId, 0);
 			const leased: LeasedDelivery[] = [];
@@ -267,12 +307,17 @@ export const IntakeMixin: DispatcherMixin = {
 			// is leased before they are). A refill is worth running now only for a webhook with half
 			// its share free; one holding more is refilled as it crosses half (see releaseHold).
 			let leftForClaims = false;
-			for (const { eventId, webhookId, delivery } of planned) {
+			for (const { id, eventId, webhookId, delivery } of planned) {
 				if (!inserted.has(eventId)) {
 					if (delivery) this.releaseHold(delivery.webhookId);
 					continue;
 				}
 				deliveriesOf.set(eventId, deliveriesOf.get(eventId)! + 1);
+				// It waits behind an earlier status of its order, which sets it going when it ends.
+				if (waiting.has(id)) {
+					if (delivery) this.releaseHold(delivery.webhookId);
+					continue;
+				}
 				if (delivery) leased.push(delivery);
 				// An open breaker: the row waits for the webhook's next probe (a claim at a poll).
 				else if (this.breakers.isOpen(webhookId)) continue;
@@ -290,6 +335,7 @@ export const IntakeMixin: DispatcherMixin = {
 			for (const delivery of leased) this.enqueue(delivery);
 			if (this.refills.size > 0) this.claimSoon();
 			this.pump();
+			if (waiting.size > 0) void this.promoteHeadless(queuesOf(deliveryRows, waiting));
 
 			const answered = new Set<string>();
 			return items.map(item => {
@@ -303,10 +349,10 @@ export const IntakeMixin: DispatcherMixin = {
 
 		/**
 		 * Writes the messages whose event_id is new and the deliveries of those, atomically; returns
-		 * the event_ids that were new. PostgreSQL: one prepared statement whatever the batch size.
+		 * the event_ids that were new and the deliveries that wait behind their order's head. PostgreSQL: one prepared statement whatever the batch size.
 		 * SQLite: one transaction, which also writes the results waiting for their own batch.
 		 */
-		async writeEvents(this: DispatcherThis, messages: MessageRow[], deliveries: NewDeliveryRow[]): Promise<Set<string>> {
+		async writeEvents(this: DispatcherThis, messages: MessageRow[], deliveries: NewDeliveryRow[]): Promise<WrittenEvents> {
 			if (!isPostgres(this.db)) {
 				// Results waiting for their batch ride along: one commit for both.
 				const results = this.takeWaitingResults();
@@ -324,7 +370,12 @@ export const IntakeMixin: DispatcherMixin = {
 				}
 			}
 			const values = [...columnArrays(messages, MESSAGE_VALUES), ...columnArrays(deliveries, DELIVERY_VALUES)];
-			return new Set((await runPrepared<{ event_id: string }>(this.db, INSERT_EVENTS_POSTGRES, values)).map(row => row.event_id));
+			const written: WrittenEvents = { inserted: new Set(), waiting: new Set() };
+			for (const row of await runPrepared<{ event_id: string | null; waiting_id: string | null }>(this.db, INSERT_EVENTS_POSTGRES, values)) {
+				if (row.event_id !== null) written.inserted.add(row.event_id);
+				else if (row.waiting_id !== null) written.waiting.add(row.waiting_id);
+			}
+			return written;
 		},
 
 		/** Within a caller's transaction (lifecycle's webhook:disabled notice): inserts the new messages; returns their event_ids. */

@@ -19,7 +19,7 @@ import { WEBHOOK_DISABLED } from "../../lib/schemas/topics";
 import type { DeliveryOutcome } from "../../lib/webhook-sender";
 import { WebhookDisabledEvent, type DisableResult, type Subscriber, type WebhookDisabledMessage } from "../../lib/schemas/webhooks";
 import { MAX_RECOVER_BATCH, RecoverParams, type RecoverResult } from "../../lib/schemas/deliveries";
-import { ROWS_PER_STATEMENT, type DispatcherMixin, type DispatcherThis, type NewDeliveryRow, type TenantMeta } from "./shared";
+import { OUT_OF_ORDER_QUEUE, ROWS_PER_STATEMENT, type DispatcherMixin, type DispatcherThis, type NewDeliveryRow, type TenantMeta } from "./shared";
 
 /** "At least a few messages": one failed request is no evidence that an endpoint is dead. */
 export const MIN_FAILED_MESSAGES = 3;
@@ -68,7 +68,7 @@ export const LifecycleMixin: DispatcherMixin = {
 						scheduled += await trx("deliveries")
 							.whereIn("id", batch)
 							.andWhere({ status: "failed" })
-							.update({ status: "pending", manual_retry: true, next_attempt_at: now, parked: false, lease_id: null, updated_at: now });
+							.update({ status: "pending", manual_retry: true, next_attempt_at: now, parked: false, lease_id: null, ...OUT_OF_ORDER_QUEUE, updated_at: now });
 					}
 				});
 				const [{ count }] = await failedInWindow().count({ count: "*" });
@@ -194,8 +194,9 @@ export const LifecycleMixin: DispatcherMixin = {
 		 */
 		async parkPending(this: DispatcherThis, webhookId: string): Promise<number> {
 			const now = nowIso();
+			// Waiting rows stay as they are: their queue's head is parked, and holds them.
 			return this.db("deliveries")
-				.where({ webhook_id: webhookId, status: "pending", parked: false })
+				.where({ webhook_id: webhookId, status: "pending", parked: false, waiting: false })
 				.update({
 					parked: true,
 					next_attempt_at: null,
@@ -231,6 +232,8 @@ export const LifecycleMixin: DispatcherMixin = {
 					status: "pending",
 					next_attempt_at: now,
 					lease_id: null,
+					// Notices are not ordered (API.md): they go at once.
+					order_key: null,
 					created_at: now,
 					updated_at: now,
 				}));

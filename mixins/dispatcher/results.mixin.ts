@@ -7,7 +7,9 @@
 // lease_id, so a worker whose lease was lost (taken over, cancelled, retried by hand) writes
 // nothing. A row parked while its attempt was in flight (the webhook was disabled meanwhile)
 // stays parked unless the attempt finished it: its retry waits for the webhook to be enabled.
+import type { Knex } from "knex";
 import { isPostgres, nowIso } from "../db.mixin";
+import { endedQueues, mayEndHeads, promoteNextPostgres, promoteNextSqlite } from "./order-queues.mixin";
 import { inSqliteTransaction, sqliteBoolean, type SqliteConnection } from "../../lib/sqlite-statements";
 import { columnArrays, runPrepared, unnestColumns, type PreparedStatement } from "../../lib/pg-statements";
 import { scheduleNextAttempt } from "../../lib/retry-schedule";
@@ -81,12 +83,24 @@ const WRITE_RESULTS_POSTGRES: PreparedStatement = {
 
 const sleep = (ms: number) => new Promise(resolve => setTimeout(resolve, ms));
 
+/** PostgreSQL: the lease-guarded write of a batch (one prepared statement); returns the ids whose lease held. */
+async function writeResultsPostgres(db: Knex, updates: DeliveryUpdate[], now: string): Promise<Set<string>> {
+	const rows = await runPrepared<{ id: string }>(db, WRITE_RESULTS_POSTGRES, [...columnArrays(updates, RESULT_VALUES), now]);
+	return new Set(rows.map(row => row.id));
+}
+
+/** What a result write did: the deliveries whose lease still held, and how many queued ones it set going. */
+interface WrittenResults {
+	matched: Set<string>;
+	promoted: number;
+}
+
 /**
  * SQLite, inside one transaction: writes each update where the delivery's lease still matches
  * (a delivery whose lease was lost, cancelled or taken over, is left alone), then the attempts of
- * the matched ones. Returns the ids that matched.
+ * the matched ones, then promotes the next delivery of each order queue whose head ended.
  */
-function writeResultsSqlite(connection: SqliteConnection, updates: DeliveryUpdate[], now: string): Set<string> {
+function writeResultsSqlite(connection: SqliteConnection, updates: DeliveryUpdate[], now: string): WrittenResults {
 	const update = connection.prepare(
 		`UPDATE deliveries SET
 			status = @status, attempt_count = @attempt_count,
@@ -136,7 +150,7 @@ function writeResultsSqlite(connection: SqliteConnection, updates: DeliveryUpdat
 			response_excerpt: outcome.responseExcerpt,
 		});
 	}
-	return matched;
+	return { matched, promoted: promoteNextSqlite(connection, endedQueues(updates, matched), now) };
 }
 
 export const ResultsMixin: DispatcherMixin = {
@@ -224,14 +238,18 @@ export const ResultsMixin: DispatcherMixin = {
 		 */
 		async writeUpdates(this: DispatcherThis, updates: DeliveryUpdate[]): Promise<boolean[]> {
 			const now = nowIso();
-			let matched = new Set<string>();
-			if (isPostgres(this.db)) {
-				const rows = await runPrepared<{ id: string }>(this.db, WRITE_RESULTS_POSTGRES, [...columnArrays(updates, RESULT_VALUES), now]);
-				matched = new Set(rows.map(row => row.id));
-			} else {
-				matched = await inSqliteTransaction(this.db, connection => writeResultsSqlite(connection, updates, now));
+			let written: WrittenResults;
+			if (!isPostgres(this.db)) written = await inSqliteTransaction(this.db, connection => writeResultsSqlite(connection, updates, now));
+			else if (!mayEndHeads(updates)) written = { matched: await writeResultsPostgres(this.db, updates, now), promoted: 0 };
+			else {
+				// The result and the promotion it implies commit together: a queue never loses its head.
+				written = await this.db.transaction(async trx => {
+					const matched = await writeResultsPostgres(trx, updates, now);
+					return { matched, promoted: await promoteNextPostgres(trx, endedQueues(updates, matched), now) };
+				});
 			}
-			return updates.map(update => matched.has(update.delivery.id));
+			if (written.promoted > 0) this.requestClaim();
+			return updates.map(update => written.matched.has(update.delivery.id));
 		},
 
 		/**
@@ -243,12 +261,15 @@ export const ResultsMixin: DispatcherMixin = {
 		takeWaitingResults(this: DispatcherThis): RidingResults | null {
 			const waiting = this.results.takeWaiting();
 			if (!waiting) return null;
-			let matched = new Set<string>();
+			let written: WrittenResults = { matched: new Set(), promoted: 0 };
 			return {
 				write: connection => {
-					matched = writeResultsSqlite(connection, waiting.items, nowIso());
+					written = writeResultsSqlite(connection, waiting.items, nowIso());
 				},
-				committed: () => waiting.settle(waiting.items.map(update => matched.has(update.delivery.id))),
+				committed: () => {
+					if (written.promoted > 0) this.requestClaim();
+					waiting.settle(waiting.items.map(update => written.matched.has(update.delivery.id)));
+				},
 				failed: error => waiting.fail(error),
 			};
 		},

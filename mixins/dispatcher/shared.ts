@@ -15,6 +15,8 @@ import type { ResolvedWebhook, Subscriber } from "../../lib/schemas/webhooks";
 import type { Attempt, Delivery, DeliveryParams, DeliveryStatus, PublishResult } from "../../lib/schemas/deliveries";
 import type { WebhookDisabledEvent } from "../../lib/schemas/webhooks";
 import type { WebhookHealth } from "./lifecycle.mixin";
+import type { WrittenEvents } from "./intake.mixin";
+import type { OrderQueue } from "./order-queues.mixin";
 
 // One lease budget, for intake and claims alike (queued + in flight): a webhook may hold
 // DELIVERY_WEBHOOK_CONCURRENCY x WEBHOOK_LEASE_FACTOR leases, an instance DELIVERY_CONCURRENCY x
@@ -85,6 +87,10 @@ export interface DeliveryRow {
 	last_attempt_at: string | null;
 	last_status_code: number | null;
 	last_error_kind: Delivery["last_error_kind"];
+	/** The order's queue (lib/order-queues.ts); null when not ordered. */
+	order_key: string | null;
+	/** Pending behind the head of its order's queue: not due until the head ends. */
+	waiting: boolean | number;
 	created_at: string;
 	updated_at: string;
 	/** From delivery_messages, joined in for the log. */
@@ -94,7 +100,7 @@ export interface DeliveryRow {
 }
 
 /** What intake writes; the other columns start at their defaults (0, false, null). */
-export type NewDeliveryRow = Pick<DeliveryRow, "id" | "event_id" | "webhook_id" | "customer_id" | "status" | "next_attempt_at" | "lease_id" | "created_at" | "updated_at">;
+export type NewDeliveryRow = Pick<DeliveryRow, "id" | "event_id" | "webhook_id" | "customer_id" | "status" | "next_attempt_at" | "lease_id" | "order_key" | "created_at" | "updated_at">;
 
 export interface AttemptRow {
 	delivery_id: string;
@@ -120,11 +126,13 @@ export interface LeasedDelivery {
 	attemptCount: number;
 	firstAttemptAt: string | null;
 	manualRetry: boolean;
+	/** Its order's queue: when it ends, the next delivery of the queue is set going. */
+	orderKey: string | null;
 }
 
 /** What a claim statement returns of each row it leases (CLAIMED_COLUMNS). */
-export type ClaimedRow = Pick<DeliveryRow, "id" | "event_id" | "webhook_id" | "attempt_count" | "first_attempt_at" | "manual_retry">;
-export const CLAIMED_COLUMNS = "id, event_id, webhook_id, attempt_count, first_attempt_at, manual_retry";
+export type ClaimedRow = Pick<DeliveryRow, "id" | "event_id" | "webhook_id" | "attempt_count" | "first_attempt_at" | "manual_retry" | "order_key">;
+export const CLAIMED_COLUMNS = "id, event_id, webhook_id, attempt_count, first_attempt_at, manual_retry, order_key";
 
 /** What one claim leased, and the webhooks it left at their share of leases (more of their rows may be due). */
 export interface ClaimedBatch {
@@ -169,6 +177,8 @@ export interface IntakeItem {
 	type: string;
 	body: string;
 	occurredAt: string;
+	/** The tasking order: deliveries to webhooks ordered per order queue by it. */
+	orderId: string | null;
 }
 
 export type EventSource = "event" | "publish" | "channel";
@@ -240,7 +250,7 @@ export type DispatcherThis = DbServiceThis & {
 	acceptEvent(payload: unknown, source: EventSource, ctx?: Context): Promise<PublishResult>;
 	recordRejection(source: EventSource, payload: unknown, reason: string): Promise<void>;
 	persistEvents(items: IntakeItem[]): Promise<PublishResult[]>;
-	writeEvents(messages: MessageRow[], deliveries: NewDeliveryRow[]): Promise<Set<string>>;
+	writeEvents(messages: MessageRow[], deliveries: NewDeliveryRow[]): Promise<WrittenEvents>;
 	insertMessages(trx: Knex.Transaction, rows: MessageRow[]): Promise<Set<string>>;
 	insertDeliveries(trx: Knex.Transaction, rows: NewDeliveryRow[]): Promise<void>;
 	// worker.mixin.ts
@@ -299,7 +309,12 @@ export type DispatcherThis = DbServiceThis & {
 	// delivery-log.mixin.ts
 	customerOf(ctx: Context<unknown, TenantMeta>): string;
 	ownedDelivery(ctx: Context<DeliveryParams, TenantMeta>): Promise<DeliveryRow>;
-	present(row: DeliveryRow): Delivery;
+	present(row: DeliveryRow, waitingFor?: string): Delivery;
+	// order-queues.mixin.ts
+	releaseOrderQueues(webhookId: string): Promise<number>;
+	promoteHeadless(queues: OrderQueue[]): Promise<void>;
+	sweepHeadlessQueues(): Promise<void>;
+	waitingForOf(rows: DeliveryRow[]): Promise<Map<string, string>>;
 };
 
 /** SQLite: results taken from their batcher to be written in another writer's transaction. */
@@ -314,5 +329,8 @@ export interface RidingResults {
 
 /** A part of the dispatcher: its actions, events and methods, all run with `this` a dispatcher. */
 export type DispatcherMixin = Partial<ServiceSchema<ServiceSettingSchema, DispatcherThis>>;
+
+/** A hand retry or a recovered delivery leaves its order's queue: it goes at once, and waits for nothing. */
+export const OUT_OF_ORDER_QUEUE = { order_key: null, waiting: false } as const;
 
 export const isTrue = (value: boolean | number | null | undefined) => Boolean(value);
