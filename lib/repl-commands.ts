@@ -133,6 +133,11 @@ function command(definition: ReplCommand): ReplCommand {
 	};
 }
 
+/** The deliveries table's last column: when the next attempt comes, or, with ordering per order, which earlier delivery of the order it waits for. */
+export function nextAttemptCell(delivery: Pick<Delivery, "next_attempt_at" | "waiting_for">): string | null {
+	return delivery.waiting_for ? `waiting for ${delivery.waiting_for}` : delivery.next_attempt_at;
+}
+
 export function replCommands(): ReplCommand[] {
 	return [
 		command({
@@ -156,14 +161,14 @@ export function replCommands(): ReplCommand[] {
 					const lastDelivery = latest ? `${latest.status}${latest.last_status_code ? ` (${latest.last_status_code})` : latest.last_error_kind ? ` (${latest.last_error_kind})` : ""}` : "none";
 					// Why and since when (`user`, `gone` for a 410, `failing` after WEBHOOK_DISABLE_AFTER).
 					const disabled = webhook.active || !webhook.disabled_reason ? "" : `${webhook.disabled_reason} since ${webhook.disabled_at}`;
-					rows.push([webhook.id, webhook.name, webhook.url, webhook.events, webhook.active ? "yes" : "no", disabled, lastDelivery, latest?.last_attempt_at]);
+					rows.push([webhook.id, webhook.name, webhook.url, webhook.events, webhook.active ? "yes" : "no", disabled, webhook.ordering, lastDelivery, latest?.last_attempt_at]);
 				}
-				printTable(helpers, ["id", "name", "url", "events", "active", "disabled", "latest delivery", "last attempt"], rows, `No webhooks for customer ${customerId}.`);
+				printTable(helpers, ["id", "name", "url", "events", "active", "disabled", "ordering", "latest delivery", "last attempt"], rows, `No webhooks for customer ${customerId}.`);
 			},
 		}),
 		command({
 			command: "deliveries <webhookId>",
-			description: "A webhook's recent deliveries, newest first",
+			description: "A webhook's recent deliveries, newest first; a waiting one names the earlier delivery of its order it waits for",
 			options: [
 				{ option: "--status <status>", description: `only ${DELIVERY_STATUSES.join(", ")}` },
 				{ option: "--since <time>", description: "created at or after: ISO 8601, or a duration ago (2h)" },
@@ -194,7 +199,7 @@ export function replCommands(): ReplCommand[] {
 				printTable(
 					helpers,
 					["id", "created", "status", "attempts", "last code", "last error", "next attempt"],
-					deliveries.map(d => [d.id, d.created_at, d.status, d.attempt_count, d.last_status_code, d.last_error_kind, d.next_attempt_at]),
+					deliveries.map(d => [d.id, d.created_at, d.status, d.attempt_count, d.last_status_code, d.last_error_kind, nextAttemptCell(d)]),
 					"No deliveries match.",
 				);
 			},

@@ -1,7 +1,7 @@
 import type { Knex } from "knex";
 import type { Migration } from "../mixins/db.mixin";
 import { comparableName } from "../lib/schemas/common";
-import { MAX_WEBHOOK_NAME_LENGTH } from "../lib/schemas/webhooks";
+import { DEFAULT_ORDERING, MAX_WEBHOOK_NAME_LENGTH } from "../lib/schemas/webhooks";
 import { moveImplicitCustomers, restoreImplicitCustomers } from "../lib/customers";
 
 // Named so that the service can tell which rule a unique violation broke (PostgreSQL reports
@@ -125,6 +125,21 @@ export const webhooksMigrations: Migration[] = [
 		},
 		async down() {
 			// The comparable form is a valid name: nothing to undo.
+		},
+	},
+	{
+		// Ordering per order (API.md): `per_order` or `none`. Existing webhooks get the default, as a
+		// new one does, so every webhook's order statuses arrive in order unless its customer opts out.
+		name: "007_webhook_ordering",
+		async up(db) {
+			await db.schema.alterTable("webhooks", table => {
+				table.string("ordering", 16).notNullable().defaultTo(DEFAULT_ORDERING);
+			});
+		},
+		async down(db) {
+			await db.schema.alterTable("webhooks", table => {
+				table.dropColumn("ordering");
+			});
 		},
 	},
 ];

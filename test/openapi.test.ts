@@ -67,6 +67,14 @@ describe("OpenAPI document (structure)", () => {
 		for (const path of Object.keys(document.paths as Json)) expect(path).toMatch(/^\//);
 	});
 
+	it("describes a webhook's ordering and a delivery's waiting_for in every answer", () => {
+		const schemas = (document.components as Json).schemas;
+		expect(schemas.Webhook.properties.ordering).toMatchObject({ type: "string", enum: ["per_order", "none"] });
+		expect(schemas.Webhook.required).toContain("ordering");
+		expect(schemas.Delivery.properties.waiting_for).toMatchObject({ type: ["string", "null"], description: expect.stringContaining("earlier delivery of the same order") });
+		expect(schemas.Delivery.required).toContain("waiting_for");
+	});
+
 	it("describes what the service sends for the operational topic webhook:disabled (OpenAPI webhooks)", () => {
 		const disabled = (document.webhooks as Json)["webhook:disabled"].post;
 		expect(disabled.requestBody.content["application/json"].schema).toEqual({ $ref: "#/components/schemas/WebhookDisabledMessage" });
@@ -119,10 +127,13 @@ describe("OpenAPI document (structure)", () => {
 	it("describes request bodies from the validation schemas: strict, with their required fields", () => {
 		const create = (document.paths as Json)["/id/v3/webhooks"].post.requestBody.content["application/json"].schema;
 		expect(create).toMatchObject({ type: "object", additionalProperties: false, required: ["name", "url"] });
-		expect(Object.keys(create.properties).sort()).toEqual(["event_types", "events", "headers", "name", "url"]);
+		expect(Object.keys(create.properties).sort()).toEqual(["event_types", "events", "headers", "name", "ordering", "url"]);
 		expect(create.properties.headers).toMatchObject({ type: "object", description: expect.stringContaining("Write-only") });
+		expect(create.properties.ordering).toMatchObject({ type: "string", enum: ["per_order", "none"], default: "per_order", description: expect.stringContaining("one at a time") });
 		const patch = (document.paths as Json)["/id/v3/webhooks/{id}"].patch.requestBody.content["application/json"].schema;
-		expect(Object.keys(patch.properties).sort()).toEqual(["active", "event_types", "events", "headers", "name"]);
+		expect(Object.keys(patch.properties).sort()).toEqual(["active", "event_types", "events", "headers", "name", "ordering"]);
+		// PATCH leaves ordering as it is when it is not sent: no default there.
+		expect(patch.properties.ordering).toEqual({ type: "string", enum: ["per_order", "none"], description: create.properties.ordering.description });
 		const list = (document.paths as Json)["/id/v3/webhooks"].get.parameters;
 		expect(list).toEqual(
 			expect.arrayContaining([expect.objectContaining({ name: "per_page", in: "query", schema: expect.objectContaining({ minimum: 1, maximum: 100, default: 25 }) })]),

@@ -9,6 +9,7 @@ import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { loadConfig } from "../lib/config";
+import { nextAttemptCell } from "../lib/repl-commands";
 import { mintToken } from "../lib/auth";
 import { freePort } from "./helpers/net";
 import { natsEnabled, TEST_NATS_URL } from "./helpers/services";
@@ -95,7 +96,7 @@ function describeCommands(setup: () => Scenario) {
 		const listed = await s.repl.run("webhooks acme", /latest delivery/);
 		expect(listed).toContain(ok.id);
 		expect(listed).toContain(failing.id);
-		expect(listed).toMatch(new RegExp(`${ok.id}\\s*\\|\\s*ok \\w+\\s*\\|\\s*https://127\\.0\\.0\\.1:\\d+/repl-ok\\s*\\|\\s*tasking:order_status\\s*\\|\\s*yes`));
+		expect(listed).toMatch(new RegExp(`${ok.id}\\s*\\|\\s*ok \\w+\\s*\\|\\s*https://127\\.0\\.0\\.1:\\d+/repl-ok\\s*\\|\\s*tasking:order_status\\s*\\|\\s*yes\\s*\\|\\s*-\\s*\\|\\s*per_order\\s*\\|`));
 		expect(await s.repl.run("webhooks nobody-here", /No webhooks/)).toContain("No webhooks for customer nobody-here.");
 		expect(await s.repl.run("webhooks 'a b'", /error/)).toMatch(/error: customer must be 1\.\.200 characters/);
 		expect(await s.repl.run("webhooks", /missing required argument/)).toMatch(/missing required argument 'customer'/);
@@ -318,4 +319,14 @@ describeWithNats("REPL joined to a cluster over NATS, running no service", () =>
 		tokens: () => [token],
 		createWebhook: (name, receiverPath) => apiRequest(stack.baseUrl, token, "POST", "/id/v3/webhooks", { name, url: receiver.url + receiverPath, events: ["tasking:order_status"] }),
 	}));
+});
+
+describe("the deliveries table's last column", () => {
+	it("names the earlier delivery a waiting one waits for, instead of a next attempt", () => {
+		const earlier = crypto.randomUUID();
+		expect(nextAttemptCell({ next_attempt_at: null, waiting_for: earlier })).toBe(`waiting for ${earlier}`);
+		expect(nextAttemptCell({ next_attempt_at: "2026-11-21T10:00:00.000Z", waiting_for: null })).toBe("2026-11-21T10:00:00.000Z");
+		// Parked (webhook disabled) or in flight: neither a time nor a wait.
+		expect(nextAttemptCell({ next_attempt_at: null, waiting_for: null })).toBeNull();
+	});
 });

@@ -22,7 +22,9 @@ import {
 	ValidationError,
 	WebhookVerificationError,
 	verifyWebhook,
+	type UpdateWebhookInput,
 	type WebhookEvent,
+	type WebhookWithSecret,
 } from "@satellite-webhooks/sdk";
 import { startStack, type Stack } from "./helpers/stack";
 import { sleep, startDeliveryStack, waitUntil, type CreatedWebhook, type DeliveryStack, type OrderEvent } from "./helpers/delivery-stack";
@@ -128,6 +130,7 @@ describe("SDK against the real gateway", () => {
 			disabled_reason: null,
 			disabled_at: null,
 			header_names: [],
+			ordering: "per_order",
 			created_at: created.created_at,
 			updated_at: created.updated_at,
 		});
@@ -136,6 +139,19 @@ describe("SDK against the real gateway", () => {
 		expect(updated).not.toHaveProperty("secret");
 		await expect(client.webhooks.delete(created.id)).resolves.toBeUndefined();
 		await expect(client.webhooks.get(created.id)).rejects.toBeInstanceOf(NotFoundError);
+	});
+
+	it("webhooks.create / update carry ordering, typed as per_order or none", async () => {
+		const unordered: WebhookWithSecret = await client.webhooks.create({ name: "no order kept", url: `${env.receiver.url}/sdk/unordered`, events: ["tasking:order_status"], ordering: "none" });
+		const ordering: "per_order" | "none" = unordered.ordering;
+		expect(ordering).toBe("none");
+		const input: UpdateWebhookInput = { ordering: "per_order" };
+		expect(await client.webhooks.update(unordered.id, input)).toMatchObject({ id: unordered.id, ordering: "per_order" });
+		expect((await client.webhooks.get(unordered.id)).ordering).toBe("per_order");
+		// A value the types would refuse is refused by the service too, at its field.
+		const untyped = { ordering: "PER_ORDER" } as unknown as UpdateWebhookInput;
+		await expect(client.webhooks.update(unordered.id, untyped)).rejects.toMatchObject({ status: 422, errors: [{ path: "ordering", message: expect.stringContaining("per_order") }] });
+		expect((await client.webhooks.get(unordered.id)).ordering).toBe("per_order");
 	});
 
 	it("webhooks.list: the iterator walks every page in order, and stops on an exact-multiple last page", async () => {
@@ -212,7 +228,7 @@ describe("SDK against the real gateway", () => {
 			await waitUntil(() => client.deliveries.list(created.id, { status: "succeeded" }).toArray(), list => list.length === 1, "the delivery to succeed");
 			const all = await client.deliveries.list(created.id).toArray();
 			expect(all).toHaveLength(1);
-			expect(all[0]).toMatchObject({ webhook_id: created.id, event_id: order.event_id, status: "succeeded", attempt_count: 1, last_status_code: 200 });
+			expect(all[0]).toMatchObject({ webhook_id: created.id, event_id: order.event_id, status: "succeeded", attempt_count: 1, last_status_code: 200, waiting_for: null });
 			expect(await client.deliveries.list(created.id, { status: "failed" }).toArray()).toEqual([]);
 			const detail = await client.deliveries.get(created.id, all[0].id);
 			expect(detail.attempts).toHaveLength(1);

@@ -1,10 +1,10 @@
 /// <reference lib="dom" />
 // The web application in a real browser (Debian's Chromium through playwright-core) against the
 // real gateway, real database and a real HTTPS receiver: sign in with a token, create a webhook
-// and see its secret once, test it (passing and failing), rotate, pause and resume deliveries,
-// read the delivery log and retry a failed delivery, rename and change events, turn email on and
-// off (and meet a 412), delete. Every page is checked with axe-core and photographed at desktop
-// and phone width into docs/screenshots/.
+// (ordering none) and see its secret once, test it (passing and failing), rotate, pause and resume
+// deliveries, read the delivery log and retry a failed delivery, rename and change events and
+// ordering, turn email on and off (and meet a 412), delete. Every page is checked with axe-core
+// and photographed at desktop and phone width into docs/screenshots/.
 import crypto from "node:crypto";
 import type { Browser, BrowserContext, Page } from "playwright-core";
 import { startDeliveryStack, verified, waitUntil, type DeliveryStack } from "./helpers/delivery-stack";
@@ -105,8 +105,15 @@ describeWithBrowser("web application in Chromium", () => {
 		expect(await api("GET", "/webhooks").then(response => response.body.webhooks)).toEqual([]);
 	});
 
-	it("creates a webhook from the form labelled Webhook Name, URL and Event Types, and shows the secret once", async () => {
+	it("creates a webhook from the form labelled Webhook Name, URL, Event Types and Ordering, and shows the secret once", async () => {
 		await page.getByRole("group", { name: "Event Types" }).getByRole("checkbox", { name: "Tasking order status updates" }).check();
+		// Ordering starts at its default, explained in one line; this webhook opts out.
+		const ordering = page.getByRole("group", { name: "Ordering" });
+		expect(await ordering.getByRole("radio", { name: "Per order (default)" }).isChecked()).toBe(true);
+		expect(await ordering.getByRole("radio", { name: "None" }).isChecked()).toBe(false);
+		const perOrderLine = await ordering.getByRole("radio", { name: "Per order (default)" }).getAttribute("aria-describedby");
+		expect(await page.locator(`#${perOrderLine}`).textContent()).toMatch(/one at a time, in the order they happened.*holds back only itself/);
+		await ordering.getByRole("radio", { name: "None" }).check();
 		await page.getByRole("button", { name: "Create webhook" }).click();
 		const panel = page.locator(".secret-panel");
 		await panel.waitFor();
@@ -131,7 +138,7 @@ describeWithBrowser("web application in Chromium", () => {
 		await screenshotBothWidths(page, "webhook-created");
 
 		const [created] = (await api("GET", "/webhooks")).body.webhooks;
-		expect(created).toMatchObject({ name: "Orders to ERP", url: `${env.receiver.url}${receiverPath("erp")}`, events: ["tasking:order_status"], active: true });
+		expect(created).toMatchObject({ name: "Orders to ERP", url: `${env.receiver.url}${receiverPath("erp")}`, events: ["tasking:order_status"], active: true, ordering: "none" });
 		webhookId = created.id;
 
 		await page.getByRole("button", { name: "I have stored the secret" }).click();
@@ -272,11 +279,16 @@ describeWithBrowser("web application in Chromium", () => {
 		await page.getByText("Show the figures per hour").click();
 	});
 
-	it("renames the webhook and changes its events; a taken name is reported next to Webhook Name", async () => {
+	it("renames the webhook, changes its events and its ordering back to per order; a taken name is reported next to Webhook Name", async () => {
 		await env.stack.app.broker.call("topics.register", { topic: "tasking:order_created", category: "tasking", name: "Tasking order created", description: "A new tasking order was placed", webhooks: true, email: false });
 		await api("POST", "/webhooks", { name: "Archive", url: `${env.receiver.url}${receiverPath("archive")}`, events: ["tasking:order_status"] });
 		await page.reload();
-		await page.getByRole("button", { name: "Edit name and events" }).click();
+		expect(await page.locator(".details").innerText()).toMatch(/Ordering\s+None/);
+		await page.getByRole("button", { name: "Edit webhook" }).click();
+		// The edit form starts from the stored ordering.
+		const ordering = page.getByRole("group", { name: "Ordering" });
+		expect(await ordering.getByRole("radio", { name: "None" }).isChecked()).toBe(true);
+		await expectAccessible("edit form");
 		await page.getByLabel("Webhook Name").fill("Archive");
 		await page.getByRole("button", { name: "Save changes" }).click();
 		await page.locator("#edit-name-error").waitFor();
@@ -284,9 +296,11 @@ describeWithBrowser("web application in Chromium", () => {
 
 		await page.getByLabel("Webhook Name").fill("Orders to ERP (renamed)");
 		await page.getByRole("checkbox", { name: "Tasking order created" }).check();
+		await ordering.getByRole("radio", { name: "Per order (default)" }).check();
 		await page.getByRole("button", { name: "Save changes" }).click();
 		await page.getByRole("heading", { name: "Orders to ERP (renamed)", level: 1 }).waitFor();
-		expect((await api("GET", `/webhooks/${webhookId}`)).body).toMatchObject({ name: "Orders to ERP (renamed)", events: ["tasking:order_status", "tasking:order_created"] });
+		expect((await api("GET", `/webhooks/${webhookId}`)).body).toMatchObject({ name: "Orders to ERP (renamed)", events: ["tasking:order_status", "tasking:order_created"], ordering: "per_order" });
+		expect(await page.locator(".details").innerText()).toMatch(/Ordering\s+Per order \(default\)/);
 	});
 
 	it("deletes only after a confirmation, usable by keyboard", async () => {

@@ -206,6 +206,25 @@ describe.each(testDatabases())("webhook bad input on %s", database => {
 		await rejected("PATCH", `/id/v3/webhooks/${alicesHook.id}`, { token: alice, body: { events: [ORDER_STATUS], event_types: ["internal:audit"] } }, 422);
 	});
 
+	it("answers 422 for an ordering other than per_order or none, on create and PATCH, naming the two values", async () => {
+		// Long, but within the 64 KiB body limit: the field refuses it, not the gateway.
+		const oversized = "per_order".repeat(6_000);
+		const wrong: unknown[] = [1, 0, true, "", " per_order", "PER_ORDER", "Per_Order", "per-order", "none ", "NONE", "fifo", null, {}, { value: "none" }, ["per_order"], oversized];
+		for (const ordering of wrong) {
+			const created = await rejected("POST", "/id/v3/webhooks", { token: alice, body: validBody({ name: "ordered wrongly", url: "https://ordering.example.com/in", ordering }) }, 422);
+			expect({ ordering, errors: created.body.errors }).toEqual({ ordering, errors: [{ path: "ordering", message: 'must be "per_order" (the default) or "none"' }] });
+			expect(created.text.length).toBeLessThan(2_000);
+			const patched = await rejected("PATCH", `/id/v3/webhooks/${alicesHook.id}`, { token: alice, body: { ordering } }, 422);
+			expect({ ordering, errors: patched.body.errors }).toEqual({ ordering, errors: [{ path: "ordering", message: 'must be "per_order" (the default) or "none"' }] });
+			// Beside a good field, the good one is not applied either.
+			await rejected("PATCH", `/id/v3/webhooks/${alicesHook.id}`, { token: alice, body: { name: "renamed by a bad request", ordering } }, 422);
+		}
+		// Not from the query string either: only the body carries it.
+		await rejected("PATCH", `/id/v3/webhooks/${alicesHook.id}?ordering=none`, { token: alice, body: { name: "renamed via query" } }, 422);
+		const answer = await stack.request("GET", `/id/v3/webhooks/${alicesHook.id}`, { token: alice });
+		expect(answer.body).toMatchObject({ name: alicesHook.name, ordering: "per_order" });
+	});
+
 	it("answers 422 to a PATCH that tries to change the URL, or changes nothing", async () => {
 		const response = await rejected("PATCH", `/id/v3/webhooks/${alicesHook.id}`, { token: alice, body: { url: "https://new.example.com/in" } }, 422);
 		expect(response.body.errors).toEqual([{ path: "url", message: expect.stringContaining("create a new webhook") }]);
@@ -230,6 +249,7 @@ describe.each(testDatabases())("webhook bad input on %s", database => {
 			const answers = [
 				await rejected("GET", `/id/v3/webhooks/${id}`, { token: alice }, 404),
 				await rejected("PATCH", `/id/v3/webhooks/${id}`, { token: alice, body: { name: "mine now", active: false } }, 404),
+				await rejected("PATCH", `/id/v3/webhooks/${id}`, { token: alice, body: { ordering: "none" } }, 404),
 				await rejected("DELETE", `/id/v3/webhooks/${id}`, { token: alice }, 404),
 				await rejected("POST", `/id/v3/webhooks/${id}/rotate`, { token: alice }, 404),
 			];

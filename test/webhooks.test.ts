@@ -1,8 +1,16 @@
 // Webhook management through the real gateway (API.md, "Webhooks"), and the internal actions
 // and events the dispatcher relies on (CONTRIBUTING.md, "webhooks"), on SQLite and PostgreSQL.
+import crypto from "node:crypto";
+import fs from "node:fs";
+import os from "node:os";
+import path from "node:path";
+import knex, { type Knex } from "knex";
 import type { Service } from "moleculer";
 import { expectProblem, startStack, type Stack } from "./helpers/stack";
-import { testDatabases } from "./helpers/services";
+import { testDatabases, TEST_DATABASE_URL } from "./helpers/services";
+import { runMigrations } from "../mixins/db.mixin";
+import { webhooksMigrations } from "../migrations/webhooks";
+import { encryptSecret, generateWebhookSecret } from "../lib/crypto";
 
 const SERVICES = ["api", "topics", "webhooks"] as const;
 const ORDER_STATUS = "tasking:order_status";
@@ -85,6 +93,7 @@ describe.each(testDatabases())("webhooks on %s", database => {
 			disabled_reason: null,
 			disabled_at: null,
 			header_names: [],
+			ordering: "per_order",
 			created_at: expect.stringMatching(ISO_TIME),
 			updated_at: body.created_at,
 			secret: expect.stringMatching(SECRET_FORM),
@@ -253,6 +262,63 @@ describe.each(testDatabases())("webhooks on %s", database => {
 		expect(enabled.text).not.toContain(webhook.secret);
 	});
 
+	it("keeps ordering: per_order by default, none on request, changed both ways with PATCH, in every answer and to the dispatcher", async () => {
+		const customer = `ordering-${database}`;
+		const token = await stack.token("olga", { customer });
+		const stored = async (id: string) => (await stack.db("webhooks").where({ id }).first("ordering")).ordering;
+		const subscriberOrdering = async (id: string) =>
+			(await stack.app.broker.call<Array<{ id: string; ordering: string }>, object>("webhooks.subscribers", { customerId: customer, topic: ORDER_STATUS })).find(entry => entry.id === id)?.ordering;
+		const resolvedOrdering = async (id: string) => (await stack.app.broker.call<Array<{ ordering: string }>, object>("webhooks.resolve", { ids: [id] }))[0].ordering;
+
+		const byDefault = await newWebhook(token);
+		expect(byDefault).toMatchObject({ ordering: "per_order" });
+		expect(await stored(byDefault.id)).toBe("per_order");
+
+		const unordered = await newWebhook(token, { ordering: "none" });
+		expect(unordered).toMatchObject({ ordering: "none" });
+		expect(await stored(unordered.id)).toBe("none");
+		expect((await stack.request("GET", `/id/v3/webhooks/${unordered.id}`, { token })).body.ordering).toBe("none");
+		const listed = (await stack.request("GET", "/id/v3/webhooks", { token })).body.webhooks as Array<{ id: string; ordering: string }>;
+		expect(listed.map(({ id, ordering }) => ({ id, ordering }))).toEqual([
+			{ id: byDefault.id, ordering: "per_order" },
+			{ id: unordered.id, ordering: "none" },
+		]);
+		expect(await stack.app.broker.call("webhooks.find", { id: unordered.id }, { meta: { customerId: customer } })).toMatchObject({ ordering: "none" });
+		expect((await stack.request("POST", `/id/v3/webhooks/${unordered.id}/rotate`, { token })).body.ordering).toBe("none");
+		expect(await subscriberOrdering(unordered.id)).toBe("none");
+		expect(await resolvedOrdering(unordered.id)).toBe("none");
+
+		// Both ways with PATCH, alone or beside another field; the rest of the record stays.
+		const toPerOrder = await stack.request("PATCH", `/id/v3/webhooks/${unordered.id}`, { token, body: { ordering: "per_order" } });
+		expect(toPerOrder.status).toBe(200);
+		expect(toPerOrder.body).toMatchObject({ ordering: "per_order", name: unordered.name, events: unordered.events, active: true });
+		expect(await stored(unordered.id)).toBe("per_order");
+		expect(await subscriberOrdering(unordered.id)).toBe("per_order");
+		const toNone = await stack.request("PATCH", `/id/v3/webhooks/${byDefault.id}`, { token, body: { ordering: "none", name: "No order kept" } });
+		expect(toNone.body).toMatchObject({ ordering: "none", name: "No order kept" });
+		expect(await resolvedOrdering(byDefault.id)).toBe("none");
+		// A PATCH without ordering leaves it as it is.
+		expect((await stack.request("PATCH", `/id/v3/webhooks/${byDefault.id}`, { token, body: { active: false } })).body).toMatchObject({ ordering: "none", active: false });
+		expect((await stack.request("PATCH", `/id/v3/webhooks/${byDefault.id}`, { token, body: { active: true } })).body).toMatchObject({ ordering: "none", active: true });
+
+		// Every webhooks.updated carries the ordering after the change, the dispatcher's disable included.
+		await stack.app.broker.call("webhooks.disable", { id: unordered.id, reason: "gone" });
+		const updates = await waitFor(
+			async () => events.filter(event => event.name === "webhooks.updated" && (event.payload.id === byDefault.id || event.payload.id === unordered.id)),
+			found => found.length >= 5,
+			"five webhooks.updated events",
+		);
+		expect(updates.map(event => event.payload)).toEqual([
+			{ id: unordered.id, customerId: customer, active: true, ordering: "per_order" },
+			{ id: byDefault.id, customerId: customer, active: true, ordering: "none" },
+			{ id: byDefault.id, customerId: customer, active: false, ordering: "none" },
+			{ id: byDefault.id, customerId: customer, active: true, ordering: "none" },
+			{ id: unordered.id, customerId: customer, active: false, ordering: "per_order" },
+		]);
+		const created = events.filter(event => event.name === "webhooks.created" && event.payload.id === unordered.id);
+		expect(created.map(event => event.payload)).toEqual([{ id: unordered.id, customerId: customer, active: true, ordering: "none" }]);
+	});
+
 	it("deletes with 204 and no body; the webhook is gone afterwards", async () => {
 		const webhook = await newWebhook(alice);
 		const removed = await stack.request("DELETE", `/id/v3/webhooks/${webhook.id}`, { token: alice });
@@ -327,14 +393,14 @@ describe.each(testDatabases())("webhooks on %s", database => {
 
 		expect(byId(await subscribers(ORDER_STATUS))).toEqual(
 			byId([
-				{ id: orders.id, customerId: customer, url: orders.url, secrets: [orders.secret], previousSecretExpiresAt: null, headers: {} },
-				{ id: both.id, customerId: customer, url: both.url, secrets: [both.secret], previousSecretExpiresAt: null, headers: {} },
+				{ id: orders.id, customerId: customer, url: orders.url, secrets: [orders.secret], previousSecretExpiresAt: null, headers: {}, ordering: "per_order" },
+				{ id: both.id, customerId: customer, url: both.url, secrets: [both.secret], previousSecretExpiresAt: null, headers: {}, ordering: "per_order" },
 			]),
 		);
 		expect(byId(await subscribers(CAPTURE_READY))).toEqual(
 			byId([
-				{ id: both.id, customerId: customer, url: both.url, secrets: [both.secret], previousSecretExpiresAt: null, headers: {} },
-				{ id: captures.id, customerId: customer, url: captures.url, secrets: [captures.secret], previousSecretExpiresAt: null, headers: {} },
+				{ id: both.id, customerId: customer, url: both.url, secrets: [both.secret], previousSecretExpiresAt: null, headers: {}, ordering: "per_order" },
+				{ id: captures.id, customerId: customer, url: captures.url, secrets: [captures.secret], previousSecretExpiresAt: null, headers: {}, ordering: "per_order" },
 			]),
 		);
 		expect(await subscribers("imaging:unknown_topic")).toEqual([]);
@@ -368,8 +434,8 @@ describe.each(testDatabases())("webhooks on %s", database => {
 		});
 		expect([...resolved].sort((a, b) => a.id.localeCompare(b.id))).toEqual(
 			[
-				{ id: active.id, customerId: customer, url: active.url, active: true, secrets: [active.secret], previousSecretExpiresAt: null, headers: {} },
-				{ id: inactive.id, customerId: customer, url: inactive.url, active: false, secrets: [inactive.secret], previousSecretExpiresAt: null, headers: {} },
+				{ id: active.id, customerId: customer, url: active.url, active: true, secrets: [active.secret], previousSecretExpiresAt: null, headers: {}, ordering: "per_order" },
+				{ id: inactive.id, customerId: customer, url: inactive.url, active: false, secrets: [inactive.secret], previousSecretExpiresAt: null, headers: {}, ordering: "per_order" },
 			].sort((a, b) => a.id.localeCompare(b.id)),
 		);
 		expect(await stack.app.broker.call("webhooks.resolve", { ids: [] })).toEqual([]);
@@ -389,8 +455,8 @@ describe.each(testDatabases())("webhooks on %s", database => {
 			"four webhook events",
 		);
 		expect(mine).toEqual([
-			{ name: "webhooks.created", payload: { id: webhook.id, customerId: customer, active: true } },
-			{ name: "webhooks.updated", payload: { id: webhook.id, customerId: customer, active: false } },
+			{ name: "webhooks.created", payload: { id: webhook.id, customerId: customer, active: true, ordering: "per_order" } },
+			{ name: "webhooks.updated", payload: { id: webhook.id, customerId: customer, active: false, ordering: "per_order" } },
 			{ name: "webhooks.rotated", payload: { id: webhook.id, customerId: customer } },
 			{ name: "webhooks.removed", payload: { id: webhook.id, customerId: customer } },
 		]);
@@ -438,5 +504,50 @@ describe.each(testDatabases())("webhooks with a short rotation grace and loopbac
 		}
 		// Loopback only: private ranges stay blocked.
 		expectProblem(await stack.request("POST", "/id/v3/webhooks", { token, body: { name: "private", url: "https://10.0.0.1/", events: [ORDER_STATUS] } }), 422);
+	});
+});
+
+describe.each(testDatabases())("webhooks stored before ordering existed, on %s", database => {
+	let db: Knex;
+	let stack: Stack | undefined;
+	let dataDir: string;
+	let schema: string | undefined;
+
+	beforeAll(async () => {
+		dataDir = fs.mkdtempSync(path.join(os.tmpdir(), "swh-ordering-"));
+		if (database === "postgres") {
+			schema = `t_${crypto.randomBytes(6).toString("hex")}`;
+			const admin = knex({ client: "pg", connection: TEST_DATABASE_URL, pool: { min: 0, max: 1 } });
+			await admin.raw(`CREATE SCHEMA "${schema}"`);
+			await admin.destroy();
+			db = knex({ client: "pg", connection: TEST_DATABASE_URL, searchPath: [schema], pool: { min: 0, max: 2 } });
+		} else {
+			db = knex({ client: "better-sqlite3", connection: { filename: path.join(dataDir, "service.sqlite") }, useNullAsDefault: true });
+		}
+	});
+	afterAll(async () => {
+		await stack?.stop();
+		if (schema) await db.raw(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`);
+		await db.destroy();
+		fs.rmSync(dataDir, { recursive: true, force: true });
+	});
+
+	it("get per_order, the default, and keep it through the API and to the dispatcher", async () => {
+		await runMigrations(db, "webhooks", webhooksMigrations.filter(migration => migration.name < "007"));
+		const id = crypto.randomUUID();
+		const at = "2026-01-01T00:00:00.000Z";
+		await db("webhooks").insert({ id, customer_id: "acme", name: "Before ordering", url: "https://before.example.com/in", events: JSON.stringify([ORDER_STATUS]), active: true, secret_envelope: "x", created_at: at, updated_at: at });
+
+		stack = await startStack({ database, dataDir, schema, services: [...SERVICES] });
+		expect(await db("webhooks").where({ id }).first("ordering")).toEqual({ ordering: "per_order" });
+		const token = await stack.token("bob", { customer: "acme" });
+		expect((await stack.request("GET", `/id/v3/webhooks/${id}`, { token })).body).toMatchObject({ id, name: "Before ordering", ordering: "per_order" });
+		// The secret sealed under this stack's key, as the service would have sealed it.
+		await db("webhooks").where({ id }).update({ secret_envelope: encryptSecret(generateWebhookSecret(), stack.config.SECRETS_KEY!, id) });
+		expect((await stack.app.broker.call<Array<{ ordering: string }>, object>("webhooks.resolve", { ids: [id] }))[0]).toMatchObject({ ordering: "per_order" });
+		// A row written without the column (another tool, an older node) gets the default too.
+		const later = crypto.randomUUID();
+		await db("webhooks").insert({ id: later, customer_id: "acme", name: "Written elsewhere", url: "https://elsewhere.example.com/in", events: JSON.stringify([ORDER_STATUS]), active: true, secret_envelope: "x", created_at: at, updated_at: at });
+		expect((await stack.request("GET", `/id/v3/webhooks/${later}`, { token })).body).toMatchObject({ ordering: "per_order" });
 	});
 });

@@ -53,7 +53,10 @@ export const Delivery = z.object({
 	 * With ordering per order: the earlier delivery of the same order that this one waits for
 	 * (then `status` is pending and `next_attempt_at` null); null otherwise.
 	 */
-	waiting_for: z.string().nullable(),
+	waiting_for: z
+		.string()
+		.nullable()
+		.describe("With ordering per_order: the id of the earlier delivery of the same order that this one waits for (then status is pending and next_attempt_at null); null otherwise"),
 	created_at: z.string(),
 	updated_at: z.string(),
 });

@@ -50,6 +50,17 @@ export const CustomHeaders = z
 	.transform(headers => headers as Record<string, string>)
 	.describe(`Custom request headers sent with every delivery (at most ${MAX_CUSTOM_HEADERS}; values up to 1 KiB, no CR/LF). Write-only: answers list only \`header_names\`.`);
 
+/** API.md, "Ordering per order": per_order (the default) delivers one order's statuses one at a time, in order. */
+export const WEBHOOK_ORDERINGS = ["per_order", "none"] as const;
+export type WebhookOrdering = (typeof WEBHOOK_ORDERINGS)[number];
+export const DEFAULT_ORDERING: WebhookOrdering = "per_order";
+
+const ORDERING_DESCRIPTION =
+	"per_order (the default): the statuses of one tasking order reach this webhook one at a time, in the order they happened, and a delivery still pending or retrying holds back only the later statuses of its own order. none: each status is sent as soon as it is taken in";
+
+// One message for every wrong value (a number, null, another spelling): the two values are the answer.
+export const WebhookOrderingField = z.enum(WEBHOOK_ORDERINGS, { message: `must be "per_order" (the default) or "none"` }).describe(ORDERING_DESCRIPTION);
+
 interface EventFields {
 	events?: string[];
 	event_types?: string[];
@@ -71,6 +82,7 @@ export const CreateWebhook = z
 		events: EventList.optional(),
 		event_types: EventList.optional(),
 		headers: CustomHeaders.optional(),
+		ordering: WebhookOrderingField.default(DEFAULT_ORDERING),
 	})
 	.strict()
 	// `when` runs this even if other fields failed, so the client hears about every problem at once.
@@ -93,17 +105,18 @@ export const UpdateWebhook = z
 		event_types: EventList.optional(),
 		active: z.boolean().optional(),
 		headers: CustomHeaders.nullable().optional().describe("Replaces every custom header; `{}` or null removes them all"),
+		ordering: WebhookOrderingField.optional(),
 		// Accepted here only so that the answer can say why it is refused.
 		url: z.unknown().optional(),
 	})
 	.strict()
 	.refine(value => value.url === undefined, { path: ["url"], message: URL_IS_FIXED, when: payload => isObject(payload.value) })
 	.refine(
-		value => ["name", "events", "event_types", "active", "headers", "url"].some(field => (value as Record<string, unknown>)[field] !== undefined),
-		{ path: [], message: "send at least one of name, events (or event_types), active, headers", when: payload => isObject(payload.value) },
+		value => ["name", "events", "event_types", "active", "headers", "ordering", "url"].some(field => (value as Record<string, unknown>)[field] !== undefined),
+		{ path: [], message: "send at least one of name, events (or event_types), active, headers, ordering", when: payload => isObject(payload.value) },
 	)
 	.refine(eventsAgree, EVENTS_DISAGREE)
-	.transform(({ id, name, events, event_types, active, headers }) => ({ id, name, events: events ?? event_types, active, headers: headers === null ? {} : headers }));
+	.transform(({ id, name, events, event_types, active, headers, ordering }) => ({ id, name, events: events ?? event_types, active, headers: headers === null ? {} : headers, ordering }));
 export type UpdateWebhook = z.output<typeof UpdateWebhook>;
 
 /** GET/DELETE /webhooks/{id}, POST /webhooks/{id}/rotate, webhooks.find. */
@@ -128,6 +141,7 @@ export const WebhookView = z.object({
 	),
 	disabled_at: z.string().nullable().describe("When it was disabled; null while active"),
 	header_names: z.array(z.string()).describe("Names of the custom request headers; their values are never returned"),
+	ordering: z.enum(WEBHOOK_ORDERINGS).describe(ORDERING_DESCRIPTION),
 	created_at: z.string(),
 	updated_at: z.string(),
 });
@@ -162,10 +176,6 @@ export interface DisableResult {
 	webhook: (WebhookView & { customerId: string }) | null;
 }
 
-/** API.md, "Ordering per order": per_order (the default) delivers one order's statuses one at a time, in order. */
-export const WEBHOOK_ORDERINGS = ["per_order", "none"] as const;
-export type WebhookOrdering = (typeof WEBHOOK_ORDERINGS)[number];
-
 /** Signing secrets in clear, newest first: the current one, then the previous one during its grace. */
 export interface Subscriber {
 	id: string;
@@ -176,8 +186,8 @@ export interface Subscriber {
 	previousSecretExpiresAt: string | null;
 	/** Custom request headers in clear (decrypted for the dispatcher only). */
 	headers: Record<string, string>;
-	/** Absent from an older peer: per_order. */
-	ordering?: WebhookOrdering;
+	/** Always filled by the webhooks service, from its column (per_order unless the customer chose none). */
+	ordering: WebhookOrdering;
 }
 
 export interface ResolvedWebhook extends Subscriber {

@@ -7,10 +7,10 @@ import type { AllowList } from "../../lib/address-ranges";
 import type { SqliteReadCache } from "../../lib/sqlite-read-cache";
 import type { counter } from "../../lib/metrics";
 import type { FieldProblem } from "../../lib/errors";
-import type { DisabledReason, Subscriber, WebhookView } from "../../lib/schemas/webhooks";
+import type { DisabledReason, Subscriber, WebhookOrdering, WebhookView } from "../../lib/schemas/webhooks";
 
 // What a listing reads: everything `present` needs and nothing secret.
-export const PUBLIC_COLUMNS = ["id", "name", "url", "events", "active", "disabled_reason", "disabled_at", "header_names", "created_at", "updated_at"] as const;
+export const PUBLIC_COLUMNS = ["id", "name", "url", "events", "active", "disabled_reason", "disabled_at", "header_names", "ordering", "created_at", "updated_at"] as const;
 export type PublicWebhookRow = Pick<WebhookRow, (typeof PUBLIC_COLUMNS)[number]>;
 
 export interface WebhookRow {
@@ -25,6 +25,7 @@ export interface WebhookRow {
 	/** JSON array of the custom header names; the values are in headers_envelope, encrypted. */
 	header_names: string;
 	headers_envelope: string | null;
+	ordering: WebhookOrdering;
 	secret_envelope: string;
 	previous_secret_envelope: string | null;
 	previous_secret_expires_at: string | null;

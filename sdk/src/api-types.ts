@@ -8,6 +8,7 @@ export type CreateWebhookInput = {
 	events?: string[] | undefined;
 	event_types?: string[] | undefined;
 	headers?: Record<string, unknown> | undefined;
+	ordering?: "per_order" | "none" | undefined;
 };
 
 export type Delivery = {
@@ -22,6 +23,7 @@ export type Delivery = {
 	last_attempt_at: string | null;
 	last_status_code: number | null;
 	last_error_kind: "http_status" | "timeout" | "unreachable" | "blocked" | null;
+	waiting_for: string | null;
 	created_at: string;
 	updated_at: string;
 };
@@ -139,12 +141,13 @@ export type RecoverResult = {
 	remaining: number;
 };
 
-/** Any of name, events (or event_types), active. The URL cannot change. */
+/** Any of name, events (or event_types), active, headers, ordering. The URL cannot change. */
 export type UpdateWebhookInput = {
 	name?: string | undefined;
 	events?: string[] | undefined;
 	event_types?: string[] | undefined;
 	headers?: Record<string, unknown> | null | undefined;
+	ordering?: "per_order" | "none" | undefined;
 	active?: boolean | undefined;
 };
 
@@ -175,6 +178,7 @@ export type Webhook = {
 	disabled_reason: "user" | "gone" | "failing" | null;
 	disabled_at: string | null;
 	header_names: string[];
+	ordering: "per_order" | "none";
 	created_at: string;
 	updated_at: string;
 };

@@ -1,6 +1,6 @@
 // The API's shapes, taken from the same zod schemas the service validates with (type-only
 // imports: nothing of the server ends up in the bundle).
-export type { WebhookView as Webhook, WebhookWithSecret, WebhookPage } from "../../lib/schemas/webhooks";
+export type { WebhookView as Webhook, WebhookWithSecret, WebhookPage, WebhookOrdering } from "../../lib/schemas/webhooks";
 export type { WebhookTopic } from "../../lib/schemas/topics";
 export type { Delivery, DeliveryWithAttempts, Attempt, WebhookTestOutcome } from "../../lib/schemas/deliveries";
 export type { WebhookStats, StatsBucket } from "../../lib/schemas/delivery-stats";

@@ -1,5 +1,6 @@
 // A webhook's delivery log: newest first, filterable by status, each delivery's attempts on
-// demand (time, status code, duration, error kind) and a retry button.
+// demand (time, status code, duration, error kind) and a retry button. A delivery that waits for
+// an earlier status of its order (ordering per order) links to that delivery instead of a time.
 import { useEffect, useState } from "preact/hooks";
 import { Api, ApiError } from "../api";
 import { Feedback, formatTime } from "./common";
@@ -8,6 +9,11 @@ import type { Delivery, DeliveryWithAttempts } from "../types";
 type Page = { deliveries: Delivery[]; links: Array<{ rel: string; href: string }> };
 
 const ERROR_KINDS: Record<string, string> = { http_status: "HTTP status", timeout: "Timeout", unreachable: "Unreachable", blocked: "Blocked" };
+
+/** The server's order (created_at, then id, newest first), for a list that also holds a delivery fetched on its own. */
+const newestFirst = (a: Delivery, b: Delivery) => (a.created_at === b.created_at ? (a.id < b.id ? 1 : -1) : a.created_at < b.created_at ? 1 : -1);
+
+const rowId = (deliveryId: string) => `delivery-${deliveryId}`;
 
 export function DeliveryLog(props: { api: Api; webhookId: string; refreshKey: number; onChange: () => void }) {
 	const { api, webhookId } = props;
@@ -22,7 +28,12 @@ export function DeliveryLog(props: { api: Api; webhookId: string; refreshKey: nu
 	const load = async (more?: string) => {
 		try {
 			const page = await api.get<Page>(more ?? base);
-			setDeliveries(current => (more && current ? [...current, ...page.deliveries] : page.deliveries));
+			setDeliveries(current => {
+				if (!more || !current) return page.deliveries;
+				// An earlier delivery shown through a "waiting for" link may come again in an older page.
+				const fresh = new Set(page.deliveries.map(delivery => delivery.id));
+				return [...current.filter(delivery => !fresh.has(delivery.id)), ...page.deliveries].sort(newestFirst);
+			});
 			const link = page.links.find(item => item.rel === "next");
 			setNext(link ? link.href.replace(/^\/id\/v3/, "") : null);
 			setError(null);
@@ -41,6 +52,20 @@ export function DeliveryLog(props: { api: Api; webhookId: string; refreshKey: nu
 		try {
 			const detail = await api.get<DeliveryWithAttempts>(`/webhooks/${webhookId}/deliveries/${delivery.id}`);
 			setOpen({ ...open, [delivery.id]: detail });
+		} catch (err) {
+			if (err instanceof ApiError) setError(err);
+		}
+	};
+
+	/** Brings the delivery a waiting one waits for into view, with its attempts, fetching it when it is on an older page. */
+	const showEarlier = async (event: MouseEvent, earlierId: string) => {
+		if (event.button !== 0 || event.metaKey || event.ctrlKey || event.shiftKey || event.altKey) return;
+		event.preventDefault();
+		try {
+			const detail = open[earlierId] ?? (await api.get<DeliveryWithAttempts>(`/webhooks/${webhookId}/deliveries/${earlierId}`));
+			setDeliveries(current => (current && !current.some(delivery => delivery.id === earlierId) ? [...current, detail].sort(newestFirst) : current));
+			setOpen(current => ({ ...current, [earlierId]: detail }));
+			requestAnimationFrame(() => document.getElementById(rowId(earlierId))?.focus());
 		} catch (err) {
 			if (err instanceof ApiError) setError(err);
 		}
@@ -82,7 +107,7 @@ export function DeliveryLog(props: { api: Api; webhookId: string; refreshKey: nu
 			{deliveries && deliveries.length > 0 && (
 				<ol class="deliveries">
 					{deliveries.map(delivery => (
-						<li key={delivery.id} class={`delivery status-${delivery.status}`}>
+						<li key={delivery.id} id={rowId(delivery.id)} tabIndex={-1} class={`delivery status-${delivery.status}`}>
 							<div class="delivery-row">
 								<span class={`status ${delivery.status}`}>{delivery.status}</span>
 								<span class="delivery-type mono">{delivery.type}</span>
@@ -91,7 +116,15 @@ export function DeliveryLog(props: { api: Api; webhookId: string; refreshKey: nu
 									{delivery.attempt_count} attempt{delivery.attempt_count === 1 ? "" : "s"}
 									{delivery.last_status_code !== null ? `, last answer ${delivery.last_status_code}` : delivery.last_error_kind ? `, ${ERROR_KINDS[delivery.last_error_kind]}` : ""}
 								</span>
-								{delivery.status === "pending" && delivery.next_attempt_at && <span class="hint">next attempt {formatTime(delivery.next_attempt_at)}</span>}
+								{delivery.waiting_for ? (
+									<span class="hint waiting">
+										<a href={`#${rowId(delivery.waiting_for)}`} onClick={event => showEarlier(event, delivery.waiting_for!)}>
+											waiting for the earlier status
+										</a>
+									</span>
+								) : (
+									delivery.status === "pending" && delivery.next_attempt_at && <span class="hint">next attempt {formatTime(delivery.next_attempt_at)}</span>
+								)}
 								<span class="row-actions">
 									<button type="button" aria-expanded={Boolean(open[delivery.id])} aria-controls={`attempts-${delivery.id}`} onClick={() => showAttempts(delivery)}>
 										{open[delivery.id] ? "Hide attempts" : "Attempts"}

@@ -1,20 +1,31 @@
-// The webhook form: "Webhook Name", "URL" and "Event Types", as the specification names them.
-// Creating asks for all three; editing changes the name and the events (a URL is fixed).
+// The webhook form: "Webhook Name", "URL" and "Event Types", as the specification names them, and
+// the delivery "Ordering". Creating asks for all of them; editing changes all but the URL (fixed).
 import { useEffect, useRef, useState } from "preact/hooks";
 import { ApiError, unplacedErrors } from "../api";
 import { FieldMessages, ProblemBanner } from "./common";
-import type { WebhookTopic } from "../types";
+import type { WebhookOrdering, WebhookTopic } from "../types";
 
 export interface WebhookFormValues {
 	name: string;
 	url: string;
 	events: string[];
+	ordering: WebhookOrdering;
 }
 
-const FIELDS = ["name", "url", "events", "event_types"];
+type Field = "name" | "url" | "events" | "ordering";
+
+const FIELDS = ["name", "url", "events", "event_types", "ordering"];
+
+/** The choices in the order shown; the record makes the compiler insist on one label per value. */
+export const ORDERING_LABELS: Record<WebhookOrdering, string> = { per_order: "Per order (default)", none: "None" };
+const ORDERINGS = Object.keys(ORDERING_LABELS) as WebhookOrdering[];
+const ORDERING_DESCRIPTIONS: Record<WebhookOrdering, string> = {
+	per_order: "Each order's statuses arrive one at a time, in the order they happened; an order whose delivery keeps failing holds back only itself.",
+	none: "Each status is sent as soon as it comes in, whatever happened to the order's earlier ones.",
+};
 
 /** What to show next to a field: the `errors` entries for its path, or a 409's detail when it names the field. */
-function messagesFor(error: ApiError | null, field: "name" | "url" | "events"): string[] {
+function messagesFor(error: ApiError | null, field: Field): string[] {
 	if (!error) return [];
 	if (error.status === 409) {
 		const named = field === "name" ? /name/i.test(error.problem.detail) : field === "url" ? /URL/.test(error.problem.detail) : false;
@@ -41,11 +52,14 @@ export function WebhookForm(props: {
 		if (props.focusOnOpen) nameInput.current?.focus();
 	}, []);
 	// Most webhooks want the platform's main topic, so a new form starts with it ticked.
-	const [values, setValues] = useState<WebhookFormValues>(props.initial ?? { name: "", url: "", events: props.topics.map(topic => topic.topic).filter(topic => topic === MAIN_TOPIC) });
+	const [values, setValues] = useState<WebhookFormValues>(
+		props.initial ?? { name: "", url: "", events: props.topics.map(topic => topic.topic).filter(topic => topic === MAIN_TOPIC), ordering: "per_order" },
+	);
 	const [error, setError] = useState<ApiError | null>(null);
 	const [busy, setBusy] = useState(false);
 	const id = (field: string) => `${props.idPrefix}-${field}`;
-	const fieldMessages = (field: "name" | "url" | "events", from: ApiError | null = error) => messagesFor(from, field);
+	const fieldMessages = (field: Field, from: ApiError | null = error) => messagesFor(from, field);
+	const firstControl: Record<Field, string> = { name: id("name"), url: id("url"), events: id("events-0"), ordering: id(`ordering-${ORDERINGS[0]}`) };
 	const submit = async (event: Event) => {
 		event.preventDefault();
 		setBusy(true);
@@ -56,8 +70,8 @@ export function WebhookForm(props: {
 			if (!(err instanceof ApiError)) throw err;
 			setError(err);
 			// Move focus to the first field with a problem, so keyboard and screen-reader users land on it.
-			const first = (["name", "url", "events"] as const).find(field => fieldMessages(field, err).length > 0);
-			requestAnimationFrame(() => document.getElementById(first ? id(first === "events" ? "events-0" : first) : `${props.idPrefix}-problem`)?.focus());
+			const first = (["name", "url", "events", "ordering"] as const).find(field => fieldMessages(field, err).length > 0);
+			requestAnimationFrame(() => document.getElementById(first ? firstControl[first] : `${props.idPrefix}-problem`)?.focus());
 		} finally {
 			setBusy(false);
 		}
@@ -66,8 +80,8 @@ export function WebhookForm(props: {
 	const toggleTopic = (topic: string, on: boolean) =>
 		setValues(current => ({ ...current, events: on ? [...current.events.filter(item => item !== topic), topic] : current.events.filter(item => item !== topic) }));
 
-	const invalid = (field: "name" | "url" | "events") => (fieldMessages(field).length > 0 ? true : undefined);
-	const describedBy = (field: string, hint?: string) => [hint, fieldMessages(field as "name").length ? id(`${field}-error`) : undefined].filter(Boolean).join(" ") || undefined;
+	const invalid = (field: Field) => (fieldMessages(field).length > 0 ? true : undefined);
+	const describedBy = (field: Field, hint?: string) => [hint, fieldMessages(field).length ? id(`${field}-error`) : undefined].filter(Boolean).join(" ") || undefined;
 
 	return (
 		<form class="webhook-form" onSubmit={submit} noValidate>
@@ -140,6 +154,27 @@ export function WebhookForm(props: {
 					</div>
 				))}
 				<FieldMessages id={id("events-error")} messages={fieldMessages("events")} />
+			</fieldset>
+			<fieldset class="field" aria-describedby={describedBy("ordering")}>
+				<legend>Ordering</legend>
+				{ORDERINGS.map(ordering => (
+					<div class="checkbox" key={ordering}>
+						<input
+							type="radio"
+							id={id(`ordering-${ordering}`)}
+							name={id("ordering")}
+							value={ordering}
+							checked={values.ordering === ordering}
+							aria-describedby={id(`ordering-${ordering}-description`)}
+							onChange={() => setValues(current => ({ ...current, ordering }))}
+						/>
+						<label for={id(`ordering-${ordering}`)}>{ORDERING_LABELS[ordering]}</label>
+						<p class="hint" id={id(`ordering-${ordering}-description`)}>
+							{ORDERING_DESCRIPTIONS[ordering]}
+						</p>
+					</div>
+				))}
+				<FieldMessages id={id("ordering-error")} messages={fieldMessages("ordering")} />
 			</fieldset>
 			<div class="actions">
 				{props.onCancel && (

@@ -1,9 +1,9 @@
-// One webhook: its status switch, test, rotate and delete (both confirmed), the rename / events
-// form, the 24-hour health chart and the delivery log.
+// One webhook: its status switch, test, rotate and delete (both confirmed), the edit form (name,
+// events, ordering), the 24-hour health chart and the delivery log.
 import { useEffect, useState } from "preact/hooks";
 import { Api, ApiError } from "../api";
 import { ConfirmDialog, DisabledNote, Feedback, formatTime, Link, ProblemBanner, SecretPanel, Switch } from "../components/common";
-import { WebhookForm, type WebhookFormValues } from "../components/WebhookForm";
+import { ORDERING_LABELS, WebhookForm, type WebhookFormValues } from "../components/WebhookForm";
 import { HealthChart } from "../components/HealthChart";
 import { DeliveryLog } from "../components/DeliveryLog";
 import { navigate } from "../router";
@@ -100,7 +100,7 @@ export function WebhookDetailPage(props: { api: Api; id: string }) {
 		});
 
 	const save = async (values: WebhookFormValues) => {
-		const updated = await api.patch<Webhook>(`/webhooks/${id}`, { name: values.name, events: values.events });
+		const updated = await api.patch<Webhook>(`/webhooks/${id}`, { name: values.name, events: values.events, ordering: values.ordering });
 		setWebhook(updated);
 		setEditing(false);
 		setStatus("Changes saved.");
@@ -125,7 +125,7 @@ export function WebhookDetailPage(props: { api: Api; id: string }) {
 					{testing ? "Sending test event…" : "Send test event"}
 				</button>
 				<button type="button" onClick={() => setEditing(!editing)} aria-expanded={editing} aria-controls="edit-section">
-					Edit name and events
+					Edit webhook
 				</button>
 				<button type="button" onClick={() => setConfirming("rotate")}>
 					Rotate secret
@@ -152,7 +152,7 @@ export function WebhookDetailPage(props: { api: Api; id: string }) {
 						idPrefix="edit"
 						editing
 						topics={topics}
-						initial={{ name: webhook.name, url: webhook.url, events: webhook.events }}
+						initial={{ name: webhook.name, url: webhook.url, events: webhook.events, ordering: webhook.ordering }}
 						submitLabel="Save changes"
 						onSubmit={save}
 						onCancel={() => setEditing(false)}
@@ -170,6 +170,8 @@ export function WebhookDetailPage(props: { api: Api; id: string }) {
 					<dd>{formatTime(webhook.created_at)}</dd>
 					<dt>Id</dt>
 					<dd class="mono break">{webhook.id}</dd>
+					<dt>Ordering</dt>
+					<dd>{ORDERING_LABELS[webhook.ordering]}</dd>
 				</dl>
 			</section>
 
