@@ -303,6 +303,38 @@ describeWithBrowser("web application in Chromium", () => {
 		expect(await page.locator(".details").innerText()).toMatch(/Ordering\s+Per order \(default\)/);
 	});
 
+	it("shows a delivery waiting for the earlier status of its order, linked to it, then both in order", async () => {
+		// The first status's attempt is held by the receiver, so the second one waits behind it.
+		env.receiver.respondWith({ status: 200, delayMs: 8_000 });
+		const status = (name: string, at: string) => ({ event_id: crypto.randomUUID(), customer_id: customer, user_id: user, order_id: "o-queued", status: name, occurred_at: at });
+		const staged = status("staged", "2026-11-21T10:00:00.000Z");
+		const inProgress = status("in_progress", "2026-11-21T10:05:00.000Z");
+		await env.stack.app.broker.call("dispatcher.publish", staged);
+		await env.receiver.waitFor(request => request.body.includes(`"staged"`) && request.body.includes("o-queued"));
+		await env.stack.app.broker.call("dispatcher.publish", inProgress);
+		const head = await env.stack.db("deliveries").where({ event_id: staged.event_id, webhook_id: webhookId }).first();
+		const waiting = await waitUntil(
+			() => api("GET", `/webhooks/${webhookId}/deliveries?status=pending`),
+			answer => (answer.body as { deliveries: Array<{ waiting_for: string | null }> }).deliveries.some(delivery => delivery.waiting_for === head.id),
+			"the later status to wait",
+		);
+		expect((waiting.body as { deliveries: unknown[] }).deliveries).toContainEqual(expect.objectContaining({ status: "pending", next_attempt_at: null, waiting_for: head.id }));
+
+		await page.getByRole("button", { name: "Refresh" }).click();
+		const link = page.getByRole("link", { name: "waiting for the earlier status" });
+		await link.waitFor();
+		await expectAccessible("delivery log with a waiting delivery");
+		await screenshotBothWidths(page, "delivery-log-waiting");
+		await link.click();
+		await page.locator(`#delivery-${head.id}`).waitFor();
+		expect(await page.evaluate(() => document.activeElement?.closest("li")?.id)).toBe(`delivery-${head.id}`);
+
+		// The receiver gets the statuses in the order they happened.
+		await env.receiver.waitFor(request => request.body.includes(`"in_progress"`) && request.body.includes("o-queued"));
+		const arrived = env.receiver.requests.filter(request => request.path === receiverPath("erp") && request.body.includes("o-queued")).map(request => (JSON.parse(request.body) as { data: { status: string } }).data.status);
+		expect(arrived).toEqual(["staged", "in_progress"]);
+	});
+
 	it("deletes only after a confirmation, usable by keyboard", async () => {
 		await page.getByRole("button", { name: "Delete" }).focus();
 		await page.keyboard.press("Enter");
