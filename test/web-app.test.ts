@@ -308,9 +308,10 @@ describeWithBrowser("web application in Chromium", () => {
 		env.receiver.respondWith({ status: 200, delayMs: 8_000 });
 		const status = (name: string, at: string) => ({ event_id: crypto.randomUUID(), customer_id: customer, user_id: user, order_id: "o-queued", status: name, occurred_at: at });
 		const staged = status("staged", "2026-11-21T10:00:00.000Z");
-		const inProgress = status("in_progress", "2026-11-21T10:05:00.000Z");
+		const inProgress = status("in progress", "2026-11-21T10:05:00.000Z");
 		await env.stack.app.broker.call("dispatcher.publish", staged);
-		await env.receiver.waitFor(request => request.body.includes(`"staged"`) && request.body.includes("o-queued"));
+		const toErp = (request: { path: string; body: string }, status: string) => request.path === receiverPath("erp") && request.body.includes("o-queued") && request.body.includes(`"${status}"`);
+		await env.receiver.waitFor(request => toErp(request, "staged"));
 		await env.stack.app.broker.call("dispatcher.publish", inProgress);
 		const head = await env.stack.db("deliveries").where({ event_id: staged.event_id, webhook_id: webhookId }).first();
 		const waiting = await waitUntil(
@@ -330,9 +331,9 @@ describeWithBrowser("web application in Chromium", () => {
 		expect(await page.evaluate(() => document.activeElement?.closest("li")?.id)).toBe(`delivery-${head.id}`);
 
 		// The receiver gets the statuses in the order they happened.
-		await env.receiver.waitFor(request => request.body.includes(`"in_progress"`) && request.body.includes("o-queued"));
+		await env.receiver.waitFor(request => toErp(request, "in progress"), 30_000);
 		const arrived = env.receiver.requests.filter(request => request.path === receiverPath("erp") && request.body.includes("o-queued")).map(request => (JSON.parse(request.body) as { data: { status: string } }).data.status);
-		expect(arrived).toEqual(["staged", "in_progress"]);
+		expect(arrived).toEqual(["staged", "in progress"]);
 	});
 
 	it("deletes only after a confirmation, usable by keyboard", async () => {
