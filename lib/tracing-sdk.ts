@@ -171,8 +171,15 @@ export function createTracingRuntime(settings: TracingSettings): TracingRuntime 
 		return options as T;
 	};
 
+	// @moleculer/channels prefixes channel names with the namespace; spans name the channel as
+	// producers do, so that every namespace's spans group together.
+	let namespacePrefix = "";
 	const middleware = {
 		name: "OpenTelemetry",
+
+		created(broker: { namespace?: string }) {
+			namespacePrefix = broker.namespace ? `${broker.namespace}.` : "";
+		},
 
 		call(next: (name: string, params: unknown, opts?: unknown) => Promise<unknown>) {
 			return (name: string, params: unknown, opts?: unknown) => next(name, params, withTraceMeta(opts));
@@ -231,17 +238,18 @@ export function createTracingRuntime(settings: TracingSettings): TracingRuntime 
 		},
 
 		localChannel(next: ChannelHandler, channel: { name: string; group?: string }): ChannelHandler {
+			const name = channel.name.startsWith(namespacePrefix) ? channel.name.slice(namespacePrefix.length) : channel.name;
 			return (payload, raw) => {
-				const message = raw as { headers?: MessageHeaders; info?: { redeliveryCount?: number; streamSequence?: number } } | undefined;
+				const message = raw as { headers?: MessageHeaders; info?: { redeliveryCount?: number; streamSequence?: number }; nak?: (delayMs?: number) => void } | undefined;
 				const parent = propagator.extract(ROOT_CONTEXT, message?.headers, messageHeaderGetter);
 				const span = tracer.startSpan(
-					`${channel.name} process`,
+					`${name} process`,
 					{
 						kind: SpanKind.CONSUMER,
 						attributes: {
 							"messaging.system": "nats",
 							"messaging.operation.type": "process",
-							"messaging.destination.name": channel.name,
+							"messaging.destination.name": name,
 							...(channel.group ? { "messaging.consumer.group.name": channel.group } : {}),
 							...(message?.info?.streamSequence !== undefined ? { "messaging.message.id": String(message.info.streamSequence) } : {}),
 							...(message?.info?.redeliveryCount !== undefined ? { "messaging.nats.delivery_count": message.info.redeliveryCount } : {}),
@@ -249,6 +257,15 @@ export function createTracingRuntime(settings: TracingSettings): TracingRuntime 
 					},
 					parent,
 				);
+				// The intake answers a failure to persist with a delayed redelivery, not an error.
+				const nak = message?.nak;
+				if (message && nak) {
+					message.nak = (delayMs?: number) => {
+						span.setStatus({ code: SpanStatusCode.ERROR, message: "not acknowledged: JetStream redelivers it" });
+						if (delayMs !== undefined) span.setAttribute("messaging.nats.redelivery_delay_ms", delayMs);
+						nak.call(message, delayMs);
+					};
+				}
 				return within(span, parent, () => next(payload, raw));
 			};
 		},
