@@ -266,6 +266,8 @@ describe.each(testDatabases())("tracing, embedded (%s)", database => {
 		const event = orderEvent(customer);
 		const posted = await server.request("POST", INTAKE, { token: producer, body: event, headers: { traceparent: `00-${callerTrace}-${callerSpan}-01` } });
 		expect(posted.status).toBe(202);
+		// Start-up said where the traces go.
+		expect(fs.readFileSync(server.role.logFile, "utf8")).toContain(`Traces   ${otlp.url} (http/json, service.name all, sampler parentbased_always_on)`);
 
 		// The first attempt is answered 500, the retry 200.
 		const firstRun = await traceOf(otlp, callerTrace, spans => attemptsIn(spans).length === 2 && spans.some(span => span.name === "email send"), "two attempts and the email in the caller's trace");
