@@ -5,6 +5,7 @@ import { ServiceBroker, type BrokerOptions, type ServiceSchema } from "moleculer
 import { attachConfig, listenError, type AppConfig, type ServiceName } from "./lib/config";
 import { enableProcessMetrics } from "./lib/metrics";
 import { startOpsServer } from "./lib/ops-server";
+import { flushTracing, startTracing } from "./lib/tracing";
 import { brokerOptions } from "./moleculer.config";
 
 // Loaded lazily so that e.g. SERVICES=dispatcher does not load the gateway's dependencies.
@@ -51,6 +52,8 @@ function gatewayListenFailure(broker: ServiceBroker, port: number): Promise<neve
 }
 
 export function createApp(config: AppConfig, options: AppOptions = {}): App {
+	// Before the broker: its options take the tracing middleware when an OTLP endpoint is set.
+	startTracing(config);
 	const broker = new ServiceBroker(brokerOptions(config, options.broker));
 	attachConfig(broker, config);
 	for (const name of config.SERVICES) broker.createService(SERVICE_LOADERS[name]());
@@ -69,6 +72,8 @@ export function createApp(config: AppConfig, options: AppOptions = {}): App {
 		async stop() {
 			if (app.opsServer) await new Promise(resolve => app.opsServer!.close(resolve));
 			await broker.stop();
+			// The spans of the last requests and attempts, before the process goes.
+			await flushTracing();
 		},
 		apiPort() {
 			const api = broker.getLocalService("api") as unknown as { server?: http.Server } | undefined;

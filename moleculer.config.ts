@@ -6,8 +6,10 @@ import { intakeMiddlewares } from "./lib/intake-channel";
 import { ZodValidator } from "./mixins/validation";
 import { logFormatter, RequestScopeMiddleware } from "./lib/logging";
 import { replCommands } from "./lib/repl-commands";
+import { tracingMiddleware } from "./lib/tracing";
 
 export function brokerOptions(config: AppConfig, overrides: Partial<BrokerOptions> = {}): BrokerOptions {
+	const tracing = tracingMiddleware();
 	return {
 		namespace: config.NAMESPACE,
 		nodeID: config.NODE_ID,
@@ -30,8 +32,9 @@ export function brokerOptions(config: AppConfig, overrides: Partial<BrokerOption
 		circuitBreaker: { enabled: false },
 		validator: new ZodValidator(),
 		// The request id on every log line; cluster nodes also reach the durable intake channel on
-		// JetStream (lib/intake-channel.ts).
-		middlewares: [RequestScopeMiddleware, ...(config.TRANSPORTER ? intakeMiddlewares(config) : [])],
+		// JetStream (lib/intake-channel.ts); with an OTLP endpoint, the trace context rides along
+		// calls, events and channel messages (lib/tracing.ts).
+		middlewares: [RequestScopeMiddleware, ...(config.TRANSPORTER ? intakeMiddlewares(config) : []), ...(tracing ? [tracing] : [])],
 		// Operators' commands for `npm run repl` (lib/repl-commands.ts).
 		replCommands: replCommands(),
 		// server.ts handles SIGTERM and SIGINT itself, with a bound; moleculer's own handlers

@@ -19,10 +19,13 @@
 // Scenarios: SQLite (one node, embedded database), PostgreSQL (one node), cluster (a gateway
 // node and two dispatcher processes on PostgreSQL), bad neighbours (SQLite: the healthy
 // webhooks with and without one endpoint answering after 100 ms and one always answering 500,
-// whose retries are due all the time), and backlog (open-loop bursts, cold and warm, small and
-// large, with millions of deliveries pending: bench/lib/backlog.ts).
+// whose retries are due all the time), backlog (open-loop bursts, cold and warm, small and
+// large, with millions of deliveries pending: bench/lib/backlog.ts), and tracing (SQLite, one
+// node: throughput with OpenTelemetry traces on, every trace sampled and exported to a local
+// OTLP/HTTP sink, against tracing off, TRACING_ROUNDS rounds of each taking turns).
 //
-// BENCH_SCENARIOS=sqlite,postgresql,cluster,neighbours picks scenarios; BENCH_PROFILE_DIR=<dir>
+// BENCH_SCENARIOS=sqlite,postgresql,cluster,neighbours,backlog,tracing picks scenarios (all but
+// tracing by default); BENCH_PROFILE_DIR=<dir>
 // runs the service nodes with --cpu-prof into that folder; BENCH_SAMPLES_FILE=<file> appends each
 // latency round's samples ([sent at, ms], monotonic clock) as a JSON line; BENCH_OFFERED fixes the
 // latency load (deliveries/s); BENCH_SERVICE_ENV adds settings to every service node (JSON).
@@ -39,6 +42,7 @@ import { Agent } from "undici";
 import { generateWebhookSecret } from "../lib/crypto";
 import { testCertificate } from "../test/helpers/https-receiver";
 import { startChild, type ChildServer } from "./lib/child";
+import { startOtlpSink } from "./lib/otlp-sink";
 import { probe, probeAll, producerBroker, sendVia, serviceNodeEnv, type Probe } from "./lib/cluster-nodes";
 import { monotonicMs, type ReceiverReady } from "./lib/receiver";
 import { Receivers } from "./lib/receivers";
@@ -58,6 +62,8 @@ const STEADY_SECONDS = Number(process.env.BENCH_STEADY_SECONDS ?? 6);
 // all rounds are pooled: in one round each, the p99 of the same code swung 2-5x between runs
 // (a hiccup of the shared machine lands in one measurement and not the other).
 const LATENCY_ROUNDS = Number(process.env.BENCH_LATENCY_ROUNDS ?? 3);
+// Throughput with tracing on and off, measured this many times each, taking turns.
+const TRACING_ROUNDS = Number(process.env.BENCH_TRACING_ROUNDS ?? 2);
 const GOALS = { throughput_ratio: 0.5, throughput_ratio_stretch: 0.8, p99_vs_relay: 2, neighbours_within: 0.2 };
 const NATS_URL = process.env.BENCH_NATS_URL ?? "nats://127.0.0.1:4222";
 const DATABASE_URL = process.env.BENCH_DATABASE_URL ?? "postgres://postgres@127.0.0.1:5432/test";
@@ -461,6 +467,41 @@ async function neighboursScenario(healthyUrls: string[], neighbourUrls: string[]
 	};
 }
 
+/**
+ * Throughput with traces on (sampler always_on, exporting over OTLP/HTTP protobuf to a local
+ * sink) against traces off, on fresh SQLite nodes, the rounds taking turns so that the machine's
+ * drift lands on both. The producer sends no traceparent: each event's trace starts at the
+ * dispatcher's consumption of the channel message, and its attempts are spans of it.
+ */
+async function tracingScenario(healthyUrls: string[], caFile: string, receivers: Receivers) {
+	const sink = await startOtlpSink();
+	const tracingOn = { OTEL_EXPORTER_OTLP_ENDPOINT: sink.url, OTEL_EXPORTER_OTLP_PROTOCOL: "http/protobuf", OTEL_TRACES_SAMPLER: "always_on" };
+	const rates: { off: number[]; on: number[] } = { off: [], on: [] };
+	try {
+		for (let turn = 0; turn < TRACING_ROUNDS; turn++) {
+			for (const mode of ["off", "on"] as const) {
+				const deployment = await deploy({ engine: "sqlite", healthyUrls, caFile, env: mode === "on" ? tracingOn : {} });
+				try {
+					await throughput(deployment, receivers, WARM_UP_EVENTS);
+					rates[mode].push(await throughput(deployment, receivers, EVENTS));
+				} finally {
+					await deployment.stop();
+				}
+			}
+		}
+	} finally {
+		await sink.close();
+	}
+	return {
+		rounds: TRACING_ROUNDS,
+		deliveries_per_s_off: rates.off.map(round),
+		deliveries_per_s_on: rates.on.map(round),
+		throughput_on_vs_off: ratioOf(mean(rates.on), mean(rates.off)),
+		goal_on_vs_off: 0.9,
+		exported: { requests: sink.requests, kib: round(sink.bytes / 1024) },
+	};
+}
+
 async function removeStreams(): Promise<void> {
 	const nats = await connect({ servers: new URL(NATS_URL).host });
 	try {
@@ -502,6 +543,8 @@ export async function run(): Promise<object> {
 				pending.push({ name: "cluster_postgresql", figures });
 			} else if (scenario === "neighbours") {
 				results.neighbours_sqlite = await neighboursScenario(urls.slice(0, 8), urls.slice(HEALTHY), caFile, receivers);
+			} else if (scenario === "tracing") {
+				results.tracing_sqlite = await tracingScenario(healthyUrls, caFile, receivers);
 			} else if (scenario === "backlog") {
 				const harness: BacklogHarness = {
 					receivers,

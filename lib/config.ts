@@ -105,6 +105,28 @@ function isOrigin(text: string): boolean {
 	}
 }
 
+/** An OTLP/HTTP endpoint: http or https, no credentials in the URL (OTEL_EXPORTER_OTLP_HEADERS carries them). */
+const otlpEndpoint = z
+	.string()
+	.optional()
+	.superRefine((text, ctx) => {
+		if (text === undefined) return;
+		let url: URL;
+		try {
+			url = new URL(text);
+		} catch {
+			ctx.addIssue({ code: "custom", message: `"${text}" is not a URL (use e.g. http://otel-collector:4318)` });
+			return;
+		}
+		if (url.protocol !== "http:" && url.protocol !== "https:") ctx.addIssue({ code: "custom", message: "must be an http:// or https:// URL (OTLP over HTTP)" });
+		else if (url.username || url.password) ctx.addIssue({ code: "custom", message: "must not carry credentials; put them in OTEL_EXPORTER_OTLP_HEADERS" });
+	});
+
+// gRPC is left out: only the two HTTP encodings are exercised by the tests.
+const otlpProtocol = z.enum(["http/protobuf", "http/json"], { message: "must be http/protobuf or http/json (gRPC is not supported)" });
+
+export const TRACE_SAMPLERS = ["always_on", "always_off", "traceidratio", "parentbased_always_on", "parentbased_always_off", "parentbased_traceidratio"] as const;
+
 const positiveInt = (fallback: number) => wholeNumber({ min: 1 }).default(fallback);
 
 export const ALL_SERVICES = ["api", "topics", "webhooks", "users", "dispatcher", "notifier"] as const;
@@ -224,6 +246,28 @@ export const EnvSchema = z.object({
 	// Endpoint lifecycle (issue 11): auto-disable of dead endpoints and pruning of old data.
 	WEBHOOK_DISABLE_AFTER: duration("5d"),
 	RETENTION_PERIOD: duration("30d"),
+
+	// OpenTelemetry traces (lib/tracing.ts), named as the OpenTelemetry specification names them.
+	// Without an endpoint nothing of OpenTelemetry is loaded. Checked here, where the SDK would
+	// only log a warning and carry on with a setting the operator did not ask for.
+	OTEL_EXPORTER_OTLP_ENDPOINT: otlpEndpoint,
+	OTEL_EXPORTER_OTLP_TRACES_ENDPOINT: otlpEndpoint,
+	OTEL_EXPORTER_OTLP_PROTOCOL: otlpProtocol.default("http/protobuf"),
+	OTEL_EXPORTER_OTLP_TRACES_PROTOCOL: otlpProtocol.optional(),
+	OTEL_SERVICE_NAME: z.string().trim().min(1).max(200).optional(),
+	OTEL_TRACES_SAMPLER: z.enum(TRACE_SAMPLERS, { message: `must be one of ${TRACE_SAMPLERS.join(", ")}` }).default("parentbased_always_on"),
+	OTEL_TRACES_SAMPLER_ARG: z
+		.string()
+		.optional()
+		.transform((text, ctx) => {
+			if (text === undefined) return undefined;
+			const ratio = /^\s*(0|1|0?\.\d+|1\.0*)\s*$/.test(text) ? Number(text) : NaN;
+			if (Number.isNaN(ratio)) {
+				ctx.addIssue({ code: "custom", message: `"${text}" is not a sampling ratio from 0 to 1 (e.g. 0.25)` });
+				return z.NEVER;
+			}
+			return ratio;
+		}),
 
 	// How long the server waits at start-up for NATS (TRANSPORTER) and PostgreSQL (DATABASE_URL)
 	// to answer before it stops with exit 69 (server.ts, lib/startup-dependencies.ts).

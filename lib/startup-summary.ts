@@ -4,6 +4,7 @@
 import path from "node:path";
 import type { AppConfig } from "./config";
 import { MAIL_TO_FILES } from "./mail-transport";
+import { tracingSettings } from "./tracing";
 
 export interface BoundPorts {
 	/** The gateway's port, when this node runs the api service. */
@@ -55,6 +56,9 @@ export function startupSummary(config: AppConfig, ports: BoundPorts): string[] {
 		row("Health", `http://${host}:${ports.ops}/health`);
 		row("Metrics", `http://${host}:${ports.ops}/metrics`);
 	}
+	const tracing = tracingSettings(config);
+	// The collector's address without any path or query a vendor might put a key in.
+	if (tracing) row("Traces", `${new URL(tracing.url).origin} (${tracing.protocol}, service.name ${tracing.serviceName}, sampler ${tracing.sampler})`);
 	if (ports.api !== undefined && !config.AUTH_JWKS_URL) {
 		// The command signs with AUTH_JWT_SECRET, or else with the secret generated into DATA_DIR.
 		const secretFrom = config.production ? "AUTH_JWT_SECRET=… " : path.normalize(config.DATA_DIR) === path.normalize("./data") ? "" : `DATA_DIR=${shellWord(config.DATA_DIR)} `;

@@ -223,4 +223,19 @@ export const dispatcherMigrations: Migration[] = [
 			});
 		},
 	},
+	{
+		// The W3C traceparent of the event's trace (lib/tracing.ts), so that every attempt, however
+		// long after the event, joins the event's trace. Null while tracing is off.
+		name: "009_trace_context",
+		async up(db) {
+			await db.schema.alterTable("delivery_messages", table => {
+				table.text("trace_context").nullable();
+			});
+		},
+		async down(db) {
+			await db.schema.alterTable("delivery_messages", table => {
+				table.dropColumn("trace_context");
+			});
+		},
+	},
 ];

@@ -64,4 +64,18 @@ export const notifierMigrations: Migration[] = [
 			await restoreImplicitCustomers(db, "email_outbox");
 		},
 	},
+	{
+		// The W3C traceparent of the event's trace (lib/tracing.ts): the email's span joins it.
+		name: "003_trace_context",
+		async up(db) {
+			await db.schema.alterTable("email_outbox", table => {
+				table.text("trace_context").nullable();
+			});
+		},
+		async down(db) {
+			await db.schema.alterTable("email_outbox", table => {
+				table.dropColumn("trace_context");
+			});
+		},
+	},
 ];

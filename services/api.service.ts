@@ -17,6 +17,7 @@ import { GatewayFrontDoor } from "../mixins/gateway-front-door";
 import { GatewayEventIntake, PUBLISH_EVENTS_ACTION, PUBLISH_EVENTS_BODY_PARAM, requirePublishScope } from "../mixins/gateway-event-intake";
 import { createWebAppHandler } from "../lib/web-app";
 import { httpRequestObserver } from "../lib/http-metrics";
+import { traceHttpRequest } from "../lib/tracing";
 import { checkJsonBody, JsonBodyProblem } from "../lib/json-body";
 
 export const API_BASE = "/id/v3";
@@ -156,9 +157,11 @@ const ApiService: ServiceSchema<ServiceSettingSchema, ApiThis> = {
 		logResponseData: null,
 		// The request id, decided (and echoed) by the front door (mixins/gateway-front-door.ts),
 		// becomes ctx.requestID of every action the request causes, and so of their log lines.
-		rootCallOptions(this: ApiThis, options: { requestID?: string }, req: IncomingMessage, res: ServerResponse) {
+		rootCallOptions(this: ApiThis, options: { requestID?: string; meta?: Record<string, unknown> }, req: IncomingMessage, res: ServerResponse) {
 			this.observeHttpRequest(req, res);
 			options.requestID = req.headers["x-request-id"] as string;
+			// With tracing on: the request's span, handed to the actions it calls in options.meta.
+			traceHttpRequest(req, res, options);
 		},
 		routes: [
 			{

@@ -278,17 +278,18 @@ export const ClaimsMixin: DispatcherMixin = {
 
 		/** The claimed rows as leased deliveries, oldest first, with their message bodies. */
 		async withBodies(this: DispatcherThis, rows: ClaimedRow[], leaseId: string, leaseExpiresAt: number): Promise<LeasedDelivery[]> {
-			const bodies = new Map<string, string>();
+			const bodies = new Map<string, Pick<MessageRow, "body" | "trace_context">>();
 			for (const eventIds of chunks([...new Set(rows.map(row => row.event_id))], 500)) {
-				const messages: Array<Pick<MessageRow, "event_id" | "body">> = await this.db("delivery_messages").whereIn("event_id", eventIds).select("event_id", "body");
-				for (const message of messages) bodies.set(message.event_id, message.body);
+				const messages: Array<Pick<MessageRow, "event_id" | "body" | "trace_context">> = await this.db("delivery_messages").whereIn("event_id", eventIds).select("event_id", "body", "trace_context");
+				for (const message of messages) bodies.set(message.event_id, message);
 			}
 			// RETURNING promises no order; ids are time-ordered, so each webhook's rows go out oldest first.
 			rows.sort((a, b) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0));
 			return rows.map(row => ({
 				id: row.id,
 				webhookId: row.webhook_id,
-				body: bodies.get(row.event_id)!,
+				body: bodies.get(row.event_id)!.body,
+				traceContext: bodies.get(row.event_id)!.trace_context,
 				leaseId,
 				leaseExpiresAt,
 				attemptCount: Number(row.attempt_count),

@@ -17,6 +17,7 @@ import { validationError, zodParams } from "../validation";
 import { invalidField, isDependencyFailure } from "../../lib/errors";
 import { ORDER_STATUS_CHANNEL } from "../../lib/intake-channel";
 import { timeOrderedUuid } from "../../lib/ids";
+import { currentTraceContext } from "../../lib/tracing";
 import { inSqliteTransaction, type SqliteConnection } from "../../lib/sqlite-statements";
 import { chunks } from "../../lib/sql-rows";
 import { columnArrays, runPrepared, unnestColumns, type PreparedStatement } from "../../lib/pg-statements";
@@ -37,7 +38,7 @@ import {
 	type NewDeliveryRow,
 } from "./shared";
 
-const MESSAGE_COLUMNS = ["event_id", "customer_id", "user_id", "type", "body", "occurred_at", "created_at"] as const satisfies ReadonlyArray<keyof MessageRow>;
+const MESSAGE_COLUMNS = ["event_id", "customer_id", "user_id", "type", "body", "occurred_at", "created_at", "trace_context"] as const satisfies ReadonlyArray<keyof MessageRow>;
 const DELIVERY_COLUMNS = ["id", "event_id", "webhook_id", "customer_id", "status", "next_attempt_at", "lease_id", "order_key", "created_at", "updated_at"] as const satisfies ReadonlyArray<keyof NewDeliveryRow>;
 const MESSAGE_VALUES = MESSAGE_COLUMNS.map(column => (row: MessageRow) => row[column]);
 const DELIVERY_VALUES = DELIVERY_COLUMNS.map(column => (row: NewDeliveryRow) => row[column]);
@@ -224,6 +225,7 @@ export const IntakeMixin: DispatcherMixin = {
 				body: orderStatusMessage(event, TASKING_ORDER_STATUS_TOPIC, occurredAt),
 				occurredAt,
 				orderId: event.order_id,
+				traceContext: currentTraceContext(),
 			});
 		},
 
@@ -271,12 +273,12 @@ export const IntakeMixin: DispatcherMixin = {
 			const deliveryRows: NewDeliveryRow[] = [];
 			const planned: Array<{ id: string; eventId: string; webhookId: string; delivery?: LeasedDelivery }> = [];
 			for (const item of firstOfEvent.values()) {
-				messages.push({ event_id: item.eventId, customer_id: item.customerId, user_id: item.userId, type: item.type, body: item.body, occurred_at: item.occurredAt, created_at: now });
+				messages.push({ event_id: item.eventId, customer_id: item.customerId, user_id: item.userId, type: item.type, body: item.body, occurred_at: item.occurredAt, created_at: now, trace_context: item.traceContext });
 				for (const subscriber of subscribersOf.get(item.customerId) ?? []) {
 					const id = timeOrderedUuid();
 					const orderKey = orderKeyFor(subscriber.ordering, item.orderId);
 					const lease = !this.stopping && this.takeLease(subscriber.id);
-					const delivery = lease ? { id, webhookId: subscriber.id, body: item.body, leaseId, leaseExpiresAt, attemptCount: 0, firstAttemptAt: null, manualRetry: false, orderKey } : undefined;
+					const delivery = lease ? { id, webhookId: subscriber.id, body: item.body, leaseId, leaseExpiresAt, attemptCount: 0, firstAttemptAt: null, manualRetry: false, orderKey, traceContext: item.traceContext } : undefined;
 					planned.push({ id, eventId: item.eventId, webhookId: subscriber.id, delivery });
 					deliveryRows.push({
 						id,

@@ -70,6 +70,8 @@ export interface MessageRow {
 	body: string;
 	occurred_at: string;
 	created_at: string;
+	/** The W3C traceparent of the event's trace (lib/tracing.ts), null with tracing off. */
+	trace_context?: string | null;
 }
 
 export interface DeliveryRow {
@@ -128,6 +130,8 @@ export interface LeasedDelivery {
 	manualRetry: boolean;
 	/** Its order's queue: when it ends, the next delivery of the queue is set going. */
 	orderKey: string | null;
+	/** The event's stored traceparent: each attempt's span joins the event's trace. */
+	traceContext?: string | null;
 }
 
 /** What a claim statement returns of each row it leases (CLAIMED_COLUMNS). */
@@ -179,6 +183,7 @@ export interface IntakeItem {
 	occurredAt: string;
 	/** The tasking order: deliveries to webhooks ordered per order queue by it. */
 	orderId: string | null;
+	traceContext: string | null;
 }
 
 export type EventSource = "event" | "publish" | "channel";

@@ -12,6 +12,7 @@ import { nowIso } from "../db.mixin";
 import { chunks } from "../../lib/sql-rows";
 import type { ResolvedWebhook, Subscriber } from "../../lib/schemas/webhooks";
 import { messageIdOf } from "../../lib/schemas/deliveries";
+import { traceAttempt } from "../../lib/tracing";
 import {
 	DEPENDENCY_RETRY_MS,
 	INSTANCE_LEASE_FACTOR,
@@ -209,6 +210,7 @@ export const WorkerMixin: DispatcherMixin = {
 			const attempt = this.sender
 				.send({ url: target.url, messageId: messageIdOf(delivery.id), body: delivery.body, secrets: target.secrets, headers: target.headers, timeoutMs: this.config.DELIVERY_TIMEOUT })
 				.then(outcome => {
+					traceAttempt({ deliveryId: delivery.id, webhookId: delivery.webhookId, url: target.url, attempt: delivery.attemptCount + 1, traceContext: delivery.traceContext ?? null }, outcome);
 					this.noteEndpointOutcome(delivery.webhookId, outcome.success);
 					const update = this.afterAttempt(delivery, outcome);
 					this.finish(delivery, update);

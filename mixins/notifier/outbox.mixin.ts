@@ -33,6 +33,7 @@ import {
 	type OutboxEntry,
 	type OutboxRow,
 } from "./shared";
+import { currentTraceContext } from "../../lib/tracing";
 
 const OutboxQuery = z.object({
 	status: z.enum(OUTBOX_STATUSES, { message: `must be one of: ${OUTBOX_STATUSES.join(", ")}` }).optional(),
@@ -162,6 +163,7 @@ export const OutboxMixin: NotifierMixin = {
 					next_attempt_at: now,
 					created_at: now,
 					updated_at: now,
+					trace_context: currentTraceContext(),
 				})
 				.onConflict(["event_key", "user_id"])
 				.ignore();

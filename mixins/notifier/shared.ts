@@ -55,6 +55,8 @@ export interface OutboxRow {
 	created_at: string;
 	updated_at: string;
 	sent_at: string | null;
+	/** The W3C traceparent of the event's trace (lib/tracing.ts), null with tracing off. */
+	trace_context: string | null;
 }
 
 /** What operators see of an outbox row (REPL: `call notifier.outbox --status failed`). */

@@ -9,6 +9,7 @@ import { TASKING_ORDER_STATUS_TOPIC } from "../../lib/schemas/events";
 import { buildOrderStatusEmail, type ComposedEmail, type OrderSnapshot } from "../../lib/email-message";
 import { classifySendError } from "../../lib/mail-transport";
 import { signUnsubscribeToken } from "../../lib/unsubscribe-token";
+import { noteEmailFailure, noteEmailResult, traceEmail } from "../../lib/tracing";
 import {
 	isoAfter,
 	MAX_ERROR_CHARS,
@@ -46,7 +47,7 @@ export const WorkerMixin: NotifierMixin = {
 					const rows = await this.claimDue(capacity);
 					claimedAll = rows.length === capacity;
 					for (const row of rows) {
-						const work = this.processEmail(row)
+						const work = traceEmail(row, () => this.processEmail(row))
 							.catch(err => this.logger.error(`Email ${row.id} could not be processed; its lease will expire and it will be retried`, err))
 							.finally(() => {
 								this.inFlight.delete(row.id);
@@ -141,6 +142,7 @@ export const WorkerMixin: NotifierMixin = {
 				this.metrics.finished.inc({ status: "sent" });
 			} catch (err) {
 				const failure = classifySendError(err);
+				noteEmailFailure(failure);
 				await this.retryOrFail({ ...row, recipient }, failure.message, failure.permanent);
 			}
 		},
@@ -180,6 +182,7 @@ export const WorkerMixin: NotifierMixin = {
 		async settle(this: NotifierThis, row: OutboxRow, changes: Partial<OutboxRow>, onlyIfStillOurs: boolean): Promise<void> {
 			const query = this.db("email_outbox").where("id", row.id);
 			if (onlyIfStillOurs) query.andWhere("lease_owner", this.workerId).andWhere("status", "pending");
+			noteEmailResult(changes);
 			await query.update({ ...changes, lease_owner: null, lease_until: null, updated_at: nowIso() });
 		},
 
