@@ -188,6 +188,8 @@ export interface Subscriber {
 	headers: Record<string, string>;
 	/** Always filled by the webhooks service, from its column (per_order unless the customer chose none). */
 	ordering: WebhookOrdering;
+	/** API.md `rate_limit`: at most this many deliveries a second to the webhook, across instances; absent or null for none. */
+	rateLimit?: number | null;
 }
 
 export interface ResolvedWebhook extends Subscriber {
@@ -210,6 +212,8 @@ export interface WebhookChangedEvent {
 	active: boolean;
 	/** The webhook's ordering after the change (webhooks.updated); a change to "none" releases its waiting deliveries. */
 	ordering?: WebhookOrdering;
+	/** The webhook's rate_limit after the change (webhooks.updated). */
+	rateLimit?: number | null;
 }
 
 export interface WebhookRemovedEvent {
