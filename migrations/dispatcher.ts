@@ -238,4 +238,18 @@ export const dispatcherMigrations: Migration[] = [
 			});
 		},
 	},
+	{
+		// Rate limits (lib/rate-slots.ts): per limited webhook, the next free send time (epoch ms,
+		// fractional: 10,000 a second are 0.1 ms apart), shared by every dispatcher instance.
+		name: "010_webhook_rate_slots",
+		async up(db) {
+			await db.schema.createTable("webhook_rate_slots", table => {
+				table.string("webhook_id", 36).primary();
+				table.double("next_at").notNullable();
+			});
+		},
+		async down(db) {
+			await db.schema.dropTable("webhook_rate_slots");
+		},
+	},
 ];

@@ -42,6 +42,8 @@ import { DispatcherBacklogMixin } from "../mixins/backlog.mixin";
 import { DispatcherOperatorMixin } from "../mixins/dispatcher-operator.mixin";
 import { LifecycleMixin } from "../mixins/dispatcher/lifecycle.mixin";
 import { OrderQueuesMixin } from "../mixins/dispatcher/order-queues.mixin";
+import { RateLimitsMixin } from "../mixins/dispatcher/rate-limits.mixin";
+import { RateSlots } from "../lib/rate-slots";
 import { DISPATCHER_PRUNE_JOBS } from "../mixins/dispatcher/retention";
 import { RetentionMixin } from "../mixins/retention.mixin";
 
@@ -69,6 +71,8 @@ const parts = [
 	LifecycleMixin,
 	// ordering per order: promotion of a queue's next delivery, event webhooks.updated (ordering "none"), waitingForOf
 	OrderQueuesMixin,
+	// rate limits: mayStartLimited (the send loop's gate), reserveSlots (the shared schedule), wakeAt
+	RateLimitsMixin,
 	// action prune; RETENTION_PERIOD: old messages, finished deliveries, attempts, rejected events
 	RetentionMixin(DISPATCHER_PRUNE_JOBS),
 ] as Partial<ServiceSchema>[];
@@ -105,6 +109,8 @@ const DispatcherService: ServiceSchema<ServiceSettingSchema, DispatcherThis> = {
 		this.unleasedAt = new Map();
 		this.pollTimer = null;
 		this.polls = 0;
+		this.rateSlots = new RateSlots();
+		this.rateWake = null;
 		// On SQLite each batch is a transaction on this event loop: a saturated loop lingers a little.
 		this.intake = new MicroBatcher(items => this.persistEvents(items), MAX_INTAKE_BATCH, 0, isPostgres(this.db) ? undefined : SQLITE_INTAKE_BUSY_LINGER);
 		this.results = new MicroBatcher(updates => this.writeUpdates(updates), MAX_RESULT_BATCH, RESULT_LINGER_MS);
@@ -154,6 +160,7 @@ const DispatcherService: ServiceSchema<ServiceSettingSchema, DispatcherThis> = {
 	async stopped(this: DispatcherThis) {
 		this.stopping = true;
 		if (this.pollTimer) clearTimeout(this.pollTimer);
+		if (this.rateWake) clearTimeout(this.rateWake.timer);
 		// No new leases from here on. Deliveries still queued go back to the database as due now;
 		// attempts in flight finish and are written; the writers drain before the database
 		// connection is released (the DbMixin's stopped runs after this one).

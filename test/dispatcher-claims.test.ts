@@ -38,7 +38,7 @@ interface ClaimingService {
 	markBacklog(): void;
 }
 
-const inactiveTarget = (id: string): Target => ({ id, url: "https://receiver.example/hook", active: false, secrets: [generateWebhookSecret()], previousSecretExpiresAt: null, headers: {} });
+const inactiveTarget = (id: string): Target => ({ id, url: "https://receiver.example/hook", active: false, secrets: [generateWebhookSecret()], previousSecretExpiresAt: null, headers: {}, rateLimit: null });
 
 /** `count` due deliveries of one webhook, one event each. */
 async function seedDue(db: Knex, webhookId: string, count: number, ageMs: number): Promise<void> {

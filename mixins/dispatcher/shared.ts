@@ -17,6 +17,7 @@ import type { WebhookDisabledEvent } from "../../lib/schemas/webhooks";
 import type { WebhookHealth } from "./lifecycle.mixin";
 import type { WrittenEvents } from "./intake.mixin";
 import type { OrderQueue } from "./order-queues.mixin";
+import type { RateSlots } from "../../lib/rate-slots";
 
 // One lease budget, for intake and claims alike (queued + in flight): a webhook may hold
 // DELIVERY_WEBHOOK_CONCURRENCY x WEBHOOK_LEASE_FACTOR leases, an instance DELIVERY_CONCURRENCY x
@@ -156,7 +157,7 @@ export interface DeliveryUpdate {
 }
 
 /** A webhook as the worker needs it; `null` in the cache means it no longer exists. */
-export type Target = Pick<ResolvedWebhook, "id" | "url" | "active" | "secrets" | "previousSecretExpiresAt" | "headers">;
+export type Target = Pick<ResolvedWebhook, "id" | "url" | "active" | "secrets" | "previousSecretExpiresAt" | "headers"> & { rateLimit: number | null };
 
 export const targetOf = (webhook: Subscriber, active: boolean): Target => ({
 	id: webhook.id,
@@ -165,6 +166,7 @@ export const targetOf = (webhook: Subscriber, active: boolean): Target => ({
 	secrets: webhook.secrets,
 	previousSecretExpiresAt: webhook.previousSecretExpiresAt,
 	headers: webhook.headers,
+	rateLimit: webhook.rateLimit ?? null,
 });
 
 /** How long signing data may be kept: `maxAgeMs`, and never past the previous secret's grace. */
@@ -315,6 +317,14 @@ export type DispatcherThis = DbServiceThis & {
 	customerOf(ctx: Context<unknown, TenantMeta>): string;
 	ownedDelivery(ctx: Context<DeliveryParams, TenantMeta>): Promise<DeliveryRow>;
 	present(row: DeliveryRow, waitingFor?: string): Delivery;
+	// rate-limits.mixin.ts
+	/** The send times this instance holds for rate-limited webhooks. */
+	rateSlots: RateSlots;
+	/** The send loop's wake-up at a limited webhook's next send time. */
+	rateWake: { at: number; timer: NodeJS.Timeout } | null;
+	mayStartLimited(webhookId: string, limit: number, now: number): boolean;
+	reserveSlots(webhookId: string, limit: number, waiting: number): Promise<void>;
+	wakeAt(at: number): void;
 	// order-queues.mixin.ts
 	releaseOrderQueues(webhookId: string): Promise<number>;
 	promoteHeadless(queues: OrderQueue[]): Promise<void>;

@@ -146,6 +146,8 @@ export const WorkerMixin: DispatcherMixin = {
 						}
 						continue;
 					}
+					// Over its rate limit: it waits for its next send time, the others go on.
+					if (target.rateLimit !== null && !this.mayStartLimited(webhookId, target.rateLimit, now)) continue;
 					const delivery = queue.shift()!;
 					// Rotate this webhook to the back, so that a busy one cannot starve the others.
 					this.queues.delete(webhookId);
