@@ -137,8 +137,11 @@ export const DeliveryLogMixin: DispatcherMixin = {
 		/**
 		 * POST /webhooks/{id}/deliveries/{delivery_id}/retry (202): an attempt as soon as possible.
 		 * A pending delivery just becomes due now. A finished one gets one more attempt, without
-		 * automatic retries after it. One already being attempted is left as it is. Either leaves
-		 * its order's queue (API.md: a hand retry sends at once), and a waiting one stops waiting.
+		 * automatic retries after it. One already being attempted is left as it is. A waiting or
+		 * finished one leaves its order's queue (API.md: a hand retry sends at once). A pending head
+		 * stays the head: it goes at once all the same, and the statuses behind it must still wait
+		 * for it. Out of its queue it would leave them headless, so that the next status taken in
+		 * would become the head and go before them.
 		 */
 		retryDelivery: {
 			params: zodParams(DeliveryParams),
@@ -150,7 +153,8 @@ export const DeliveryLogMixin: DispatcherMixin = {
 					await this.db("deliveries")
 						.where({ id: row.id, status: "pending" })
 						.andWhere(free => free.whereNull("lease_id").orWhere("next_attempt_at", "<=", now))
-						.update({ next_attempt_at: now, parked: false, lease_id: null, ...OUT_OF_ORDER_QUEUE, updated_at: now });
+						// Read in the statement: a waiting row may have been promoted to head since `row` was read.
+						.update({ next_attempt_at: now, parked: false, lease_id: null, order_key: this.db.raw("CASE WHEN waiting THEN NULL ELSE order_key END"), waiting: false, updated_at: now });
 				} else {
 					await this.db("deliveries")
 						.where({ id: row.id, status: row.status })
