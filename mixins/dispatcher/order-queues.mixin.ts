@@ -114,8 +114,8 @@ export const OrderQueuesMixin: DispatcherMixin = {
 	methods: {
 		/**
 		 * Ordering switched to "none": every queued delivery of the webhook leaves its queue, and
-		 * those waiting are due now (parked instead while the webhook is disabled: a waiting row
-		 * is never parked, its head is).
+		 * those waiting are due now. While the webhook is disabled the worker parks them when it
+		 * takes them, without an attempt, as it does any delivery of a disabled webhook.
 		 */
 		async releaseOrderQueues(this: DispatcherThis, webhookId: string): Promise<number> {
 			const now = nowIso();
