@@ -25,7 +25,7 @@ import { TASKING_ORDER_STATUS_EVENT, TASKING_ORDER_STATUS_TOPIC, TaskingOrderSta
 import { WEBHOOK_EVENTS, type Subscriber } from "../../lib/schemas/webhooks";
 import { orderStatusMessage, type PublishResult } from "../../lib/schemas/deliveries";
 import { ORDER_HEAD_PREDICATE, inOccurrenceOrder, orderKeyFor } from "../../lib/order-queues";
-import type { OrderQueue } from "./order-queues.mixin";
+import { promoteNextSqlite, type OrderQueue } from "./order-queues.mixin";
 import {
 	REJECTED_EXCERPT_CHARS,
 	ROWS_PER_STATEMENT,
@@ -47,24 +47,35 @@ const DELIVERY_VALUES = DELIVERY_COLUMNS.map(column => (row: NewDeliveryRow) => 
 // without a lease, until the head ends (results.mixin.ts promotes the next one).
 const AS_HEAD = `ON CONFLICT (webhook_id, order_key) WHERE ${ORDER_HEAD_PREDICATE} DO NOTHING`;
 
-/** What an intake write answers: the event_ids that were new, and the deliveries that went in as waiting. */
+// So does one whose queue has waiting rows and no head, or it would overtake them. On PostgreSQL a
+// queue is left so when its head ends in a transaction that did not see a status committed beside
+// it by another instance, until that instance's check after its commit (promoteHeadless), which
+// runs after publish has answered, and never if the instance dies first (the cluster ordering
+// tests met both). The check after the write promotes the earliest. `row` prefixes the new row's
+// columns: "v." in a query, "@" for SQLite's parameters.
+const queueHasNoWaiting = (row: string) =>
+	`NOT EXISTS (SELECT 1 FROM deliveries q WHERE q.webhook_id = ${row}webhook_id AND q.order_key = ${row}order_key AND q.status = 'pending' AND q.waiting)`;
+
+/** What an intake write answers: the event_ids that were new, the deliveries that went in as waiting, and how many queues it set going. */
 export interface WrittenEvents {
 	inserted: Set<string>;
 	waiting: Set<string>;
+	/** SQLite: waiting deliveries of queues without a head, promoted in the same transaction (PostgreSQL: promoteHeadless, after it). */
+	promoted: number;
 }
 
 /**
  * SQLite, inside one transaction: one prepared single-row statement per row (cached by the
  * connection; cheaper here than multi-row statements); deliveries only for the new events.
  */
-function insertEventsSqlite(connection: SqliteConnection, messages: MessageRow[], deliveries: NewDeliveryRow[]): WrittenEvents {
+function insertEventsSqlite(connection: SqliteConnection, messages: MessageRow[], deliveries: NewDeliveryRow[], now: string): WrittenEvents {
 	const insertMessage = connection.prepare(
 		`INSERT INTO delivery_messages (${MESSAGE_COLUMNS.join(", ")}) VALUES (${MESSAGE_COLUMNS.map(column => `@${column}`).join(", ")}) ON CONFLICT (event_id) DO NOTHING`,
 	);
 	const inserted = new Set<string>();
 	for (const row of messages) if (insertMessage.run(row).changes === 1) inserted.add(row.event_id);
 	const values = DELIVERY_COLUMNS.map(column => `@${column}`).join(", ");
-	const insertDelivery = connection.prepare(`INSERT INTO deliveries (${DELIVERY_COLUMNS.join(", ")}) VALUES (${values}) ${AS_HEAD}`);
+	const insertDelivery = connection.prepare(`INSERT INTO deliveries (${DELIVERY_COLUMNS.join(", ")}) SELECT ${values} WHERE ${queueHasNoWaiting("@")} ${AS_HEAD}`);
 	const insertWaiting = connection.prepare(`INSERT INTO deliveries (${DELIVERY_COLUMNS.join(", ")}, waiting) VALUES (${values}, 1)`);
 	const waiting = new Set<string>();
 	for (const row of deliveries) {
@@ -72,7 +83,8 @@ function insertEventsSqlite(connection: SqliteConnection, messages: MessageRow[]
 		insertWaiting.run({ ...row, next_attempt_at: null, lease_id: null });
 		waiting.add(row.id);
 	}
-	return { inserted, waiting };
+	// The single writer: a queue found without a head here is one nothing else is promoting.
+	return { inserted, waiting, promoted: promoteNextSqlite(connection, queuesOf(deliveries, waiting), now) };
 }
 
 /**
@@ -92,7 +104,7 @@ const INSERT_EVENTS_POSTGRES: PreparedStatement = {
 		WHERE v.event_id IN (SELECT event_id FROM m)
 	), d AS (
 		INSERT INTO deliveries (${DELIVERY_COLUMNS.join(", ")})
-		SELECT * FROM v ${AS_HEAD}
+		SELECT * FROM v WHERE ${queueHasNoWaiting("v.")} ${AS_HEAD}
 		RETURNING id
 	), w AS (
 		INSERT INTO deliveries (${DELIVERY_COLUMNS.join(", ")}, waiting)
@@ -337,6 +349,7 @@ export const IntakeMixin: DispatcherMixin = {
 			for (const delivery of leased) this.enqueue(delivery);
 			if (this.refills.size > 0) this.claimSoon();
 			this.pump();
+			if (written.promoted > 0) this.requestClaim();
 			if (waiting.size > 0) void this.promoteHeadless(queuesOf(deliveryRows, waiting));
 
 			const answered = new Set<string>();
@@ -360,7 +373,7 @@ export const IntakeMixin: DispatcherMixin = {
 				const results = this.takeWaitingResults();
 				try {
 					const inserted = await inSqliteTransaction(this.db, connection => {
-						const newEvents = insertEventsSqlite(connection, messages, deliveries);
+						const newEvents = insertEventsSqlite(connection, messages, deliveries, nowIso());
 						results?.write(connection);
 						return newEvents;
 					});
@@ -372,7 +385,7 @@ export const IntakeMixin: DispatcherMixin = {
 				}
 			}
 			const values = [...columnArrays(messages, MESSAGE_VALUES), ...columnArrays(deliveries, DELIVERY_VALUES)];
-			const written: WrittenEvents = { inserted: new Set(), waiting: new Set() };
+			const written: WrittenEvents = { inserted: new Set(), waiting: new Set(), promoted: 0 };
 			for (const row of await runPrepared<{ event_id: string | null; waiting_id: string | null }>(this.db, INSERT_EVENTS_POSTGRES, values)) {
 				if (row.event_id !== null) written.inserted.add(row.event_id);
 				else if (row.waiting_id !== null) written.waiting.add(row.waiting_id);
