@@ -1,10 +1,10 @@
 // A queue left with waiting deliveries and no head (API.md, "Ordering per order"): on PostgreSQL a
 // head can end in a transaction that did not see a status committed beside it by another
-// instance, and the instance that took that status in can die before its check after the commit
-// (the cluster test of a SIGKILL between statuses met it: an order arrived 0,1,3,2,4). The next
-// status taken in must not become the head and overtake the one waiting: it waits too, and the
-// earliest waiting one goes first. Without a sweep in sight (the poll loop runs hourly here), so
-// that nothing but intake can set the queue going.
+// instance, and the instance that took that status in checks only after publish has answered, or
+// never if it dies first (the cluster ordering tests met both: orders arrived 0,1,3,2,4 and
+// 0,1,2,4,3). The next status taken in must not become the head and overtake the one waiting:
+// it waits too, and the earliest waiting one goes first. Without a sweep in sight (the poll loop
+// runs hourly here), so that nothing but intake can set the queue going.
 import { testDatabases } from "./helpers/services";
 import { newCustomer, orderEvent, startDeliveryStack, verified, waitUntil, type DeliveryStack } from "./helpers/delivery-stack";
 
