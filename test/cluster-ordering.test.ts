@@ -73,6 +73,7 @@ describeCluster("cluster ordering per order", () => {
 			printFigures("ordering: two dispatchers", {
 				...figures,
 				cross_instance_pairs: publisher.crossInstancePairs(orders),
+				publish_failed_calls: publisher.failedCalls,
 				first_attempts_failed: receiver.failed(),
 				...waited,
 				rows,
@@ -148,7 +149,7 @@ describeCluster("cluster ordering per order", () => {
 				first_attempts_failed: receiver.failed(),
 				...waited,
 				at_kill: { ...atKill, published_at_kill: publishedAtKill, leased: leasedAtKill, in_flight: inFlightAtKill, attempts_of_killed: attemptsOfKilled },
-				publish_fallbacks: publisher.fallbacks,
+				publish_failed_calls: publisher.failedCalls,
 				publish_duplicates: publisher.duplicates,
 				taken_in_by_restarted: takenInByRestarted,
 				rows,

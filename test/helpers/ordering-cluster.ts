@@ -309,7 +309,8 @@ export class DirectedPublisher {
 	readonly takenIn = new Map<string, string>();
 	/** Events a fallback instance answered as already persisted (by the instance that did not answer). */
 	readonly duplicateEvents = new Set<string>();
-	fallbacks = 0;
+	/** Calls that failed (no answer in time, or an error) and were made again. */
+	failedCalls = 0;
 	duplicates = 0;
 	published = 0;
 
@@ -329,10 +330,15 @@ export class DirectedPublisher {
 		);
 	}
 
-	/** Publishes on nodes[preferred % n], or on the next instance up; `fallback: false` fails instead. */
+	/**
+	 * Publishes on nodes[preferred % n], or, when it fails, on the next instance up; with
+	 * `fallback: false` on the same instance again (an instance just started may not know the
+	 * webhooks service yet, and answers with an error a producer retries).
+	 */
 	async publish(event: TaskingOrderStatusInput, preferred: number, options: { fallback: boolean }): Promise<void> {
+		let lastError: unknown = "every instance marked down";
 		for (let attempt = 0; attempt < 40; attempt++) {
-			const node = this.nodes[(preferred + attempt) % this.nodes.length];
+			const node = this.nodes[(preferred + (options.fallback ? attempt : 0)) % this.nodes.length];
 			if (this.down.has(node)) continue;
 			try {
 				const result = await this.broker.call<PublishResult, TaskingOrderStatusInput>("dispatcher.publish", event, { nodeID: node, timeout: 5_000 });
@@ -344,12 +350,12 @@ export class DirectedPublisher {
 				this.published += 1;
 				return;
 			} catch (err) {
-				if (!options.fallback) throw err;
-				this.fallbacks += 1;
+				lastError = err;
+				this.failedCalls += 1;
 				await sleep(200);
 			}
 		}
-		throw new Error(`no dispatcher took event ${event.event_id} in`);
+		throw new Error(`no dispatcher took event ${event.event_id} in: ${(lastError as Error).message ?? lastError}`);
 	}
 
 	/** Consecutive statuses of one order that were taken in by different instances. */
