@@ -11,6 +11,9 @@ const Sequencer = require("@jest/test-sequencer").default;
 const LONGEST = [
 	"notifier-crash.test.ts",
 	"cluster-faults.test.ts",
+	"cluster-ordering.test.ts",
+	"ordering.test.ts",
+	"tracing.test.ts",
 	"metrics.test.ts",
 	"entrypoint.test.ts",
 	"dispatcher.test.ts",
@@ -18,6 +21,7 @@ const LONGEST = [
 	"quickstart.test.ts",
 	"dispatcher-instances.test.ts",
 	"cluster-http-intake.test.ts",
+	"cluster-tracing.test.ts",
 	"dispatcher-api.test.ts",
 	"repl.test.ts",
 	"dispatcher-crash.test.ts",
