@@ -142,6 +142,21 @@ export const webhooksMigrations: Migration[] = [
 			});
 		},
 	},
+	{
+		// Rate limit per webhook (API.md `rate_limit`): deliveries per second, null for no limit.
+		// Existing webhooks get null, as new ones do: nothing that was sent freely is held back.
+		name: "008_webhook_rate_limit",
+		async up(db) {
+			await db.schema.alterTable("webhooks", table => {
+				table.integer("rate_limit").nullable().defaultTo(null);
+			});
+		},
+		async down(db) {
+			await db.schema.alterTable("webhooks", table => {
+				table.dropColumn("rate_limit");
+			});
+		},
+	},
 ];
 
 /** "https://example.com.:8443/x" → "https://example.com:8443/x"; undefined when already fine. */

@@ -125,7 +125,7 @@ const WebhooksService: ServiceSchema<ServiceSettingSchema, WebhooksThis> = {
 			params: zodParams(CreateWebhook),
 			async handler(this: WebhooksThis, ctx: Context<CreateWebhook, TenantMeta>): Promise<WebhookWithSecret> {
 				const customerId = this.tenantOf(ctx);
-				const { name, events, ordering } = ctx.params;
+				const { name, events, ordering, rate_limit } = ctx.params;
 				const urlCheck = checkWebhookUrl(ctx.params.url, this.allowList);
 				rejectIfAny([
 					...urlCheck.problems.map(message => ({ path: "url", message })),
@@ -146,6 +146,7 @@ const WebhooksService: ServiceSchema<ServiceSettingSchema, WebhooksThis> = {
 					disabled_at: null,
 					...sealHeaders(ctx.params.headers ?? {}, this.secretsKey, id),
 					ordering,
+					rate_limit,
 					secret_envelope: this.seal(secret, id),
 					previous_secret_envelope: null,
 					previous_secret_expires_at: null,
@@ -159,7 +160,7 @@ const WebhooksService: ServiceSchema<ServiceSettingSchema, WebhooksThis> = {
 				}
 				this.logger.info(`Webhook ${id} created for customer ${customerId}`);
 				// Broadcast, not emit: every dispatcher instance caches webhooks and must hear of changes.
-				ctx.broadcast<WebhookChangedEvent>(WEBHOOK_EVENTS.created, { id, customerId, active: true, ordering });
+				ctx.broadcast<WebhookChangedEvent>(WEBHOOK_EVENTS.created, { id, customerId, active: true, ordering, rateLimit: rate_limit });
 				return { ...this.present(row), secret };
 			},
 		},
@@ -192,12 +193,12 @@ const WebhooksService: ServiceSchema<ServiceSettingSchema, WebhooksThis> = {
 			},
 		},
 
-		/** PATCH /webhooks/{id}: name, events, active, headers and ordering may change; the URL may not. */
+		/** PATCH /webhooks/{id}: name, events, active, headers, ordering and rate_limit may change; the URL may not. */
 		update: {
 			params: zodParams(UpdateWebhook),
 			async handler(this: WebhooksThis, ctx: Context<UpdateWebhook, TenantMeta>): Promise<WebhookView> {
 				const customerId = this.tenantOf(ctx);
-				const { id, name, events, active, headers, ordering } = ctx.params;
+				const { id, name, events, active, headers, ordering, rate_limit } = ctx.params;
 				const row = await this.findOwned(customerId, id);
 				if (events) rejectIfAny(await this.unknownTopicProblems(ctx, events, "events"));
 
@@ -206,6 +207,7 @@ const WebhooksService: ServiceSchema<ServiceSettingSchema, WebhooksThis> = {
 				if (events !== undefined) changes.events = JSON.stringify(events);
 				if (headers !== undefined) Object.assign(changes, sealHeaders(headers, this.secretsKey, id));
 				if (ordering !== undefined) changes.ordering = ordering;
+				if (rate_limit !== undefined) changes.rate_limit = rate_limit;
 				if (active === true) Object.assign(changes, { active, disabled_reason: null, disabled_at: null });
 				// Switching off a webhook the dispatcher already disabled keeps the dispatcher's reason.
 				if (active === false && row.active) Object.assign(changes, { active, disabled_reason: "user", disabled_at: changes.updated_at });
@@ -217,8 +219,9 @@ const WebhooksService: ServiceSchema<ServiceSettingSchema, WebhooksThis> = {
 				}
 				if (updated === 0) throw new NotFoundError("Webhook");
 				const view = this.present({ ...row, ...changes });
-				// The ordering after the change: a change to "none" lets the dispatcher release what waits.
-				ctx.broadcast<WebhookChangedEvent>(WEBHOOK_EVENTS.updated, { id, customerId, active: view.active, ordering: view.ordering });
+				// The ordering and rate limit after the change: a change to "none" lets the dispatcher
+				// release what waits, and a new limit applies to what it sends next.
+				ctx.broadcast<WebhookChangedEvent>(WEBHOOK_EVENTS.updated, { id, customerId, active: view.active, ordering: view.ordering, rateLimit: view.rate_limit });
 				if (changes.disabled_reason === "user") this.announceDisabled(ctx, customerId, view);
 				return view;
 			},
@@ -278,6 +281,7 @@ const WebhooksService: ServiceSchema<ServiceSettingSchema, WebhooksThis> = {
 				disabled_at: row.active ? null : (row.disabled_at ?? null),
 				header_names: JSON.parse(row.header_names ?? "[]") as string[],
 				ordering: row.ordering,
+				rate_limit: row.rate_limit ?? null,
 				created_at: row.created_at,
 				updated_at: row.updated_at,
 			};

@@ -225,6 +225,59 @@ describe.each(testDatabases())("webhook bad input on %s", database => {
 		expect(answer.body).toMatchObject({ name: alicesHook.name, ordering: "per_order" });
 	});
 
+	it("answers 422 for a rate_limit that is not a whole number from 1 to 10000 or null, on create and PATCH, naming the range", async () => {
+		const RANGE = "must be a whole number of deliveries per second from 1 to 10000, or null for no limit";
+		const wrong: unknown[] = [
+			0,
+			-1,
+			-10_000,
+			10_001,
+			1.5,
+			0.5,
+			9_999.999,
+			1e308,
+			2 ** 53 + 2,
+			Number.MAX_SAFE_INTEGER,
+			"10",
+			"",
+			" 5",
+			"1e3",
+			"NaN",
+			"Infinity",
+			"-Infinity",
+			"0x10",
+			"ten",
+			true,
+			false,
+			{},
+			{ value: 10 },
+			[],
+			[10],
+			"9".repeat(30_000),
+		];
+		for (const rate_limit of wrong) {
+			const created = await rejected("POST", "/id/v3/webhooks", { token: alice, body: validBody({ name: "limited wrongly", url: "https://limit.example.com/in", rate_limit }) }, 422);
+			expect({ rate_limit, errors: created.body.errors }).toEqual({ rate_limit, errors: [{ path: "rate_limit", message: RANGE }] });
+			expect(created.text.length).toBeLessThan(2_000);
+			const patched = await rejected("PATCH", `/id/v3/webhooks/${alicesHook.id}`, { token: alice, body: { rate_limit } }, 422);
+			expect({ rate_limit, errors: patched.body.errors }).toEqual({ rate_limit, errors: [{ path: "rate_limit", message: RANGE }] });
+			// Beside a good field, the good one is not applied either.
+			await rejected("PATCH", `/id/v3/webhooks/${alicesHook.id}`, { token: alice, body: { name: "renamed by a bad request", rate_limit } }, 422);
+		}
+		// Numbers JSON.parse turns into Infinity: refused at the field, not stored as a limit.
+		const headers = { "content-type": "application/json" };
+		for (const literal of ["1e400", `1${"0".repeat(400)}`, "-1e400"]) {
+			const patched = await rejected("PATCH", `/id/v3/webhooks/${alicesHook.id}`, { token: alice, headers, body: `{"rate_limit": ${literal}}` }, 422);
+			expect(patched.body.errors).toEqual([{ path: "rate_limit", message: RANGE }]);
+		}
+		// NaN is not JSON at all.
+		await rejected("PATCH", `/id/v3/webhooks/${alicesHook.id}`, { token: alice, headers, body: '{"rate_limit": NaN}' }, 400);
+		// Not from the query string either: only the body carries it.
+		await rejected("PATCH", `/id/v3/webhooks/${alicesHook.id}?rate_limit=5`, { token: alice, body: { name: "renamed via query" } }, 422);
+		const answer = await stack.request("GET", `/id/v3/webhooks/${alicesHook.id}`, { token: alice });
+		expect(answer.body).toMatchObject({ name: alicesHook.name, rate_limit: null });
+	});
+
 	it("answers 422 to a PATCH that tries to change the URL, or changes nothing", async () => {
 		const response = await rejected("PATCH", `/id/v3/webhooks/${alicesHook.id}`, { token: alice, body: { url: "https://new.example.com/in" } }, 422);
 		expect(response.body.errors).toEqual([{ path: "url", message: expect.stringContaining("create a new webhook") }]);
@@ -250,6 +303,8 @@ describe.each(testDatabases())("webhook bad input on %s", database => {
 				await rejected("GET", `/id/v3/webhooks/${id}`, { token: alice }, 404),
 				await rejected("PATCH", `/id/v3/webhooks/${id}`, { token: alice, body: { name: "mine now", active: false } }, 404),
 				await rejected("PATCH", `/id/v3/webhooks/${id}`, { token: alice, body: { ordering: "none" } }, 404),
+				await rejected("PATCH", `/id/v3/webhooks/${id}`, { token: alice, body: { rate_limit: 1 } }, 404),
+				await rejected("PATCH", `/id/v3/webhooks/${id}`, { token: alice, body: { rate_limit: null } }, 404),
 				await rejected("DELETE", `/id/v3/webhooks/${id}`, { token: alice }, 404),
 				await rejected("POST", `/id/v3/webhooks/${id}/rotate`, { token: alice }, 404),
 			];

@@ -47,7 +47,7 @@ describe.each(testDatabases())("webhooks on %s", database => {
 	const newWebhook = async (token: string, overrides: Record<string, unknown> = {}) => {
 		const response = await create(token, { name: `hook ${++counter}`, url: uniqueUrl(), events: [ORDER_STATUS], ...overrides });
 		expect(response.status).toBe(201);
-		return response.body as { id: string; secret: string; name: string; url: string; events: string[]; active: boolean; created_at: string; updated_at: string };
+		return response.body as { id: string; secret: string; name: string; url: string; events: string[]; active: boolean; rate_limit: number | null; created_at: string; updated_at: string };
 	};
 
 	beforeAll(async () => {
@@ -94,6 +94,7 @@ describe.each(testDatabases())("webhooks on %s", database => {
 			disabled_at: null,
 			header_names: [],
 			ordering: "per_order",
+			rate_limit: null,
 			created_at: expect.stringMatching(ISO_TIME),
 			updated_at: body.created_at,
 			secret: expect.stringMatching(SECRET_FORM),
@@ -309,14 +310,89 @@ describe.each(testDatabases())("webhooks on %s", database => {
 			"five webhooks.updated events",
 		);
 		expect(updates.map(event => event.payload)).toEqual([
-			{ id: unordered.id, customerId: customer, active: true, ordering: "per_order" },
-			{ id: byDefault.id, customerId: customer, active: true, ordering: "none" },
-			{ id: byDefault.id, customerId: customer, active: false, ordering: "none" },
-			{ id: byDefault.id, customerId: customer, active: true, ordering: "none" },
-			{ id: unordered.id, customerId: customer, active: false, ordering: "per_order" },
+			{ id: unordered.id, customerId: customer, active: true, ordering: "per_order", rateLimit: null },
+			{ id: byDefault.id, customerId: customer, active: true, ordering: "none", rateLimit: null },
+			{ id: byDefault.id, customerId: customer, active: false, ordering: "none", rateLimit: null },
+			{ id: byDefault.id, customerId: customer, active: true, ordering: "none", rateLimit: null },
+			{ id: unordered.id, customerId: customer, active: false, ordering: "per_order", rateLimit: null },
 		]);
 		const created = events.filter(event => event.name === "webhooks.created" && event.payload.id === unordered.id);
-		expect(created.map(event => event.payload)).toEqual([{ id: unordered.id, customerId: customer, active: true, ordering: "none" }]);
+		expect(created.map(event => event.payload)).toEqual([{ id: unordered.id, customerId: customer, active: true, ordering: "none", rateLimit: null }]);
+	});
+
+	it("keeps rate_limit: none by default, a number on request, changed and cleared with PATCH, in every answer and to the dispatcher", async () => {
+		const customer = `rate-limit-${database}`;
+		const token = await stack.token("rita", { customer });
+		const stored = async (id: string) => (await stack.db("webhooks").where({ id }).first("rate_limit")).rate_limit;
+		const subscriberLimit = async (id: string) =>
+			(await stack.app.broker.call<Array<{ id: string; rateLimit: number | null }>, object>("webhooks.subscribers", { customerId: customer, topic: ORDER_STATUS })).find(entry => entry.id === id)
+				?.rateLimit;
+		const resolvedLimit = async (id: string) => (await stack.app.broker.call<Array<{ rateLimit: number | null }>, object>("webhooks.resolve", { ids: [id] }))[0].rateLimit;
+
+		const unlimited = await newWebhook(token);
+		expect(unlimited).toMatchObject({ rate_limit: null });
+		expect(await stored(unlimited.id)).toBeNull();
+		expect(await subscriberLimit(unlimited.id)).toBeNull();
+		// Sent as null on create: the same as leaving it out.
+		const explicitlyUnlimited = await newWebhook(token, { rate_limit: null });
+		expect(explicitlyUnlimited).toMatchObject({ rate_limit: null });
+
+		// The bounds themselves are accepted.
+		const limited = await newWebhook(token, { rate_limit: 1 });
+		expect(limited).toMatchObject({ rate_limit: 1 });
+		expect((await newWebhook(token, { rate_limit: 10_000 })).rate_limit).toBe(10_000);
+		expect(await stored(limited.id)).toBe(1);
+		expect((await stack.request("GET", `/id/v3/webhooks/${limited.id}`, { token })).body.rate_limit).toBe(1);
+		const listed = (await stack.request("GET", "/id/v3/webhooks", { token })).body.webhooks as Array<{ id: string; rate_limit: number | null }>;
+		expect(listed.map(({ id, rate_limit }) => ({ id, rate_limit })).slice(0, 3)).toEqual([
+			{ id: unlimited.id, rate_limit: null },
+			{ id: explicitlyUnlimited.id, rate_limit: null },
+			{ id: limited.id, rate_limit: 1 },
+		]);
+		expect(await stack.app.broker.call("webhooks.find", { id: limited.id }, { meta: { customerId: customer } })).toMatchObject({ rate_limit: 1 });
+		expect((await stack.request("POST", `/id/v3/webhooks/${limited.id}/rotate`, { token })).body.rate_limit).toBe(1);
+		expect(await subscriberLimit(limited.id)).toBe(1);
+		expect(await resolvedLimit(limited.id)).toBe(1);
+
+		// PATCH sets, changes and clears it, alone or beside another field; the rest of the record stays.
+		const raised = await stack.request("PATCH", `/id/v3/webhooks/${limited.id}`, { token, body: { rate_limit: 250 } });
+		expect(raised.status).toBe(200);
+		expect(raised.body).toMatchObject({ rate_limit: 250, name: limited.name, events: limited.events, active: true, ordering: "per_order" });
+		expect(await stored(limited.id)).toBe(250);
+		expect(await subscriberLimit(limited.id)).toBe(250);
+		const set = await stack.request("PATCH", `/id/v3/webhooks/${unlimited.id}`, { token, body: { rate_limit: 5, ordering: "none" } });
+		expect(set.body).toMatchObject({ rate_limit: 5, ordering: "none" });
+		expect(await resolvedLimit(unlimited.id)).toBe(5);
+		// A PATCH without rate_limit leaves it as it is.
+		expect((await stack.request("PATCH", `/id/v3/webhooks/${unlimited.id}`, { token, body: { active: false } })).body).toMatchObject({ rate_limit: 5, active: false });
+		expect((await stack.request("PATCH", `/id/v3/webhooks/${unlimited.id}`, { token, body: { active: true, name: "Five a second" } })).body).toMatchObject({ rate_limit: 5, active: true });
+		// null clears it.
+		const cleared = await stack.request("PATCH", `/id/v3/webhooks/${limited.id}`, { token, body: { rate_limit: null } });
+		expect(cleared.status).toBe(200);
+		expect(cleared.body).toMatchObject({ rate_limit: null, name: limited.name });
+		expect(await stored(limited.id)).toBeNull();
+		expect(await resolvedLimit(limited.id)).toBeNull();
+
+		// Every webhooks.updated carries the limit after the change, the dispatcher's disable included.
+		await stack.app.broker.call("webhooks.disable", { id: unlimited.id, reason: "failing" });
+		const updates = await waitFor(
+			async () => events.filter(event => event.name === "webhooks.updated" && (event.payload.id === limited.id || event.payload.id === unlimited.id)),
+			found => found.length >= 6,
+			"six webhooks.updated events",
+		);
+		expect(updates.map(event => event.payload)).toEqual([
+			{ id: limited.id, customerId: customer, active: true, ordering: "per_order", rateLimit: 250 },
+			{ id: unlimited.id, customerId: customer, active: true, ordering: "none", rateLimit: 5 },
+			{ id: unlimited.id, customerId: customer, active: false, ordering: "none", rateLimit: 5 },
+			{ id: unlimited.id, customerId: customer, active: true, ordering: "none", rateLimit: 5 },
+			{ id: limited.id, customerId: customer, active: true, ordering: "per_order", rateLimit: null },
+			{ id: unlimited.id, customerId: customer, active: false, ordering: "none", rateLimit: 5 },
+		]);
+		const created = events.filter(event => event.name === "webhooks.created" && (event.payload.id === limited.id || event.payload.id === unlimited.id));
+		expect(created.map(event => event.payload)).toEqual([
+			{ id: unlimited.id, customerId: customer, active: true, ordering: "per_order", rateLimit: null },
+			{ id: limited.id, customerId: customer, active: true, ordering: "per_order", rateLimit: 1 },
+		]);
 	});
 
 	it("deletes with 204 and no body; the webhook is gone afterwards", async () => {
@@ -393,14 +469,14 @@ describe.each(testDatabases())("webhooks on %s", database => {
 
 		expect(byId(await subscribers(ORDER_STATUS))).toEqual(
 			byId([
-				{ id: orders.id, customerId: customer, url: orders.url, secrets: [orders.secret], previousSecretExpiresAt: null, headers: {}, ordering: "per_order" },
-				{ id: both.id, customerId: customer, url: both.url, secrets: [both.secret], previousSecretExpiresAt: null, headers: {}, ordering: "per_order" },
+				{ id: orders.id, customerId: customer, url: orders.url, secrets: [orders.secret], previousSecretExpiresAt: null, headers: {}, ordering: "per_order", rateLimit: null },
+				{ id: both.id, customerId: customer, url: both.url, secrets: [both.secret], previousSecretExpiresAt: null, headers: {}, ordering: "per_order", rateLimit: null },
 			]),
 		);
 		expect(byId(await subscribers(CAPTURE_READY))).toEqual(
 			byId([
-				{ id: both.id, customerId: customer, url: both.url, secrets: [both.secret], previousSecretExpiresAt: null, headers: {}, ordering: "per_order" },
-				{ id: captures.id, customerId: customer, url: captures.url, secrets: [captures.secret], previousSecretExpiresAt: null, headers: {}, ordering: "per_order" },
+				{ id: both.id, customerId: customer, url: both.url, secrets: [both.secret], previousSecretExpiresAt: null, headers: {}, ordering: "per_order", rateLimit: null },
+				{ id: captures.id, customerId: customer, url: captures.url, secrets: [captures.secret], previousSecretExpiresAt: null, headers: {}, ordering: "per_order", rateLimit: null },
 			]),
 		);
 		expect(await subscribers("imaging:unknown_topic")).toEqual([]);
@@ -434,8 +510,8 @@ describe.each(testDatabases())("webhooks on %s", database => {
 		});
 		expect([...resolved].sort((a, b) => a.id.localeCompare(b.id))).toEqual(
 			[
-				{ id: active.id, customerId: customer, url: active.url, active: true, secrets: [active.secret], previousSecretExpiresAt: null, headers: {}, ordering: "per_order" },
-				{ id: inactive.id, customerId: customer, url: inactive.url, active: false, secrets: [inactive.secret], previousSecretExpiresAt: null, headers: {}, ordering: "per_order" },
+				{ id: active.id, customerId: customer, url: active.url, active: true, secrets: [active.secret], previousSecretExpiresAt: null, headers: {}, ordering: "per_order", rateLimit: null },
+				{ id: inactive.id, customerId: customer, url: inactive.url, active: false, secrets: [inactive.secret], previousSecretExpiresAt: null, headers: {}, ordering: "per_order", rateLimit: null },
 			].sort((a, b) => a.id.localeCompare(b.id)),
 		);
 		expect(await stack.app.broker.call("webhooks.resolve", { ids: [] })).toEqual([]);
@@ -455,8 +531,8 @@ describe.each(testDatabases())("webhooks on %s", database => {
 			"four webhook events",
 		);
 		expect(mine).toEqual([
-			{ name: "webhooks.created", payload: { id: webhook.id, customerId: customer, active: true, ordering: "per_order" } },
-			{ name: "webhooks.updated", payload: { id: webhook.id, customerId: customer, active: false, ordering: "per_order" } },
+			{ name: "webhooks.created", payload: { id: webhook.id, customerId: customer, active: true, ordering: "per_order", rateLimit: null } },
+			{ name: "webhooks.updated", payload: { id: webhook.id, customerId: customer, active: false, ordering: "per_order", rateLimit: null } },
 			{ name: "webhooks.rotated", payload: { id: webhook.id, customerId: customer } },
 			{ name: "webhooks.removed", payload: { id: webhook.id, customerId: customer } },
 		]);
@@ -507,7 +583,7 @@ describe.each(testDatabases())("webhooks with a short rotation grace and loopbac
 	});
 });
 
-describe.each(testDatabases())("webhooks stored before ordering existed, on %s", database => {
+describe.each(testDatabases())("webhooks stored before ordering and rate_limit existed, on %s", database => {
 	let db: Knex;
 	let stack: Stack | undefined;
 	let dataDir: string;
@@ -532,7 +608,7 @@ describe.each(testDatabases())("webhooks stored before ordering existed, on %s",
 		fs.rmSync(dataDir, { recursive: true, force: true });
 	});
 
-	it("get per_order, the default, and keep it through the API and to the dispatcher", async () => {
+	it("get per_order and no rate limit, the defaults, and keep them through the API and to the dispatcher", async () => {
 		await runMigrations(db, "webhooks", webhooksMigrations.filter(migration => migration.name < "007"));
 		const id = crypto.randomUUID();
 		const at = "2026-01-01T00:00:00.000Z";
@@ -541,13 +617,14 @@ describe.each(testDatabases())("webhooks stored before ordering existed, on %s",
 		stack = await startStack({ database, dataDir, schema, services: [...SERVICES] });
 		expect(await db("webhooks").where({ id }).first("ordering")).toEqual({ ordering: "per_order" });
 		const token = await stack.token("bob", { customer: "acme" });
-		expect((await stack.request("GET", `/id/v3/webhooks/${id}`, { token })).body).toMatchObject({ id, name: "Before ordering", ordering: "per_order" });
+		// Nor had it a rate limit: none, as a new webhook.
+		expect((await stack.request("GET", `/id/v3/webhooks/${id}`, { token })).body).toMatchObject({ id, name: "Before ordering", ordering: "per_order", rate_limit: null });
 		// The secret sealed under this stack's key, as the service would have sealed it.
 		await db("webhooks").where({ id }).update({ secret_envelope: encryptSecret(generateWebhookSecret(), stack.config.SECRETS_KEY!, id) });
-		expect((await stack.app.broker.call<Array<{ ordering: string }>, object>("webhooks.resolve", { ids: [id] }))[0]).toMatchObject({ ordering: "per_order" });
+		expect((await stack.app.broker.call<Array<{ ordering: string }>, object>("webhooks.resolve", { ids: [id] }))[0]).toMatchObject({ ordering: "per_order", rateLimit: null });
 		// A row written without the column (another tool, an older node) gets the default too.
 		const later = crypto.randomUUID();
 		await db("webhooks").insert({ id: later, customer_id: "acme", name: "Written elsewhere", url: "https://elsewhere.example.com/in", events: JSON.stringify([ORDER_STATUS]), active: true, secret_envelope: "x", created_at: at, updated_at: at });
-		expect((await stack.request("GET", `/id/v3/webhooks/${later}`, { token })).body).toMatchObject({ ordering: "per_order" });
+		expect((await stack.request("GET", `/id/v3/webhooks/${later}`, { token })).body).toMatchObject({ ordering: "per_order", rate_limit: null });
 	});
 });

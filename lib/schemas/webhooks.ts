@@ -61,6 +61,25 @@ const ORDERING_DESCRIPTION =
 // One message for every wrong value (a number, null, another spelling): the two values are the answer.
 export const WebhookOrderingField = z.enum(WEBHOOK_ORDERINGS, { message: `must be "per_order" (the default) or "none"` }).describe(ORDERING_DESCRIPTION);
 
+/** API.md `rate_limit`: deliveries per second to one webhook, across every dispatcher instance. */
+export const MIN_RATE_LIMIT = 1;
+export const MAX_RATE_LIMIT = 10_000;
+
+const RATE_LIMIT_DESCRIPTION =
+	"At most this many deliveries per second to this webhook, whatever the number of dispatcher instances; null (the default) for no limit. Deliveries over the limit wait their turn: they never fail and never use up a retry because of it";
+
+// One message for every wrong value (a string, a fraction, 0, a huge number): the range is the
+// answer. `abort` stops at the first broken check, so a huge number is not reported twice.
+const RATE_LIMIT_PROBLEM = `must be a whole number of deliveries per second from ${MIN_RATE_LIMIT} to ${MAX_RATE_LIMIT}, or null for no limit`;
+
+export const RateLimitField = z
+	.number({ message: RATE_LIMIT_PROBLEM })
+	.int({ message: RATE_LIMIT_PROBLEM, abort: true })
+	.min(MIN_RATE_LIMIT, { message: RATE_LIMIT_PROBLEM })
+	.max(MAX_RATE_LIMIT, { message: RATE_LIMIT_PROBLEM })
+	.nullable()
+	.describe(RATE_LIMIT_DESCRIPTION);
+
 interface EventFields {
 	events?: string[];
 	event_types?: string[];
@@ -83,6 +102,7 @@ export const CreateWebhook = z
 		event_types: EventList.optional(),
 		headers: CustomHeaders.optional(),
 		ordering: WebhookOrderingField.default(DEFAULT_ORDERING),
+		rate_limit: RateLimitField.default(null),
 	})
 	.strict()
 	// `when` runs this even if other fields failed, so the client hears about every problem at once.
@@ -106,17 +126,26 @@ export const UpdateWebhook = z
 		active: z.boolean().optional(),
 		headers: CustomHeaders.nullable().optional().describe("Replaces every custom header; `{}` or null removes them all"),
 		ordering: WebhookOrderingField.optional(),
+		rate_limit: RateLimitField.optional().describe(`${RATE_LIMIT_DESCRIPTION}. null removes the limit; left out, it stays as it is`),
 		// Accepted here only so that the answer can say why it is refused.
 		url: z.unknown().optional(),
 	})
 	.strict()
 	.refine(value => value.url === undefined, { path: ["url"], message: URL_IS_FIXED, when: payload => isObject(payload.value) })
 	.refine(
-		value => ["name", "events", "event_types", "active", "headers", "ordering", "url"].some(field => (value as Record<string, unknown>)[field] !== undefined),
-		{ path: [], message: "send at least one of name, events (or event_types), active, headers, ordering", when: payload => isObject(payload.value) },
+		value => ["name", "events", "event_types", "active", "headers", "ordering", "rate_limit", "url"].some(field => (value as Record<string, unknown>)[field] !== undefined),
+		{ path: [], message: "send at least one of name, events (or event_types), active, headers, ordering, rate_limit", when: payload => isObject(payload.value) },
 	)
 	.refine(eventsAgree, EVENTS_DISAGREE)
-	.transform(({ id, name, events, event_types, active, headers, ordering }) => ({ id, name, events: events ?? event_types, active, headers: headers === null ? {} : headers, ordering }));
+	.transform(({ id, name, events, event_types, active, headers, ordering, rate_limit }) => ({
+		id,
+		name,
+		events: events ?? event_types,
+		active,
+		headers: headers === null ? {} : headers,
+		ordering,
+		rate_limit,
+	}));
 export type UpdateWebhook = z.output<typeof UpdateWebhook>;
 
 /** GET/DELETE /webhooks/{id}, POST /webhooks/{id}/rotate, webhooks.find. */
@@ -142,6 +171,7 @@ export const WebhookView = z.object({
 	disabled_at: z.string().nullable().describe("When it was disabled; null while active"),
 	header_names: z.array(z.string()).describe("Names of the custom request headers; their values are never returned"),
 	ordering: z.enum(WEBHOOK_ORDERINGS).describe(ORDERING_DESCRIPTION),
+	rate_limit: z.number().int().min(MIN_RATE_LIMIT).max(MAX_RATE_LIMIT).nullable().describe(RATE_LIMIT_DESCRIPTION),
 	created_at: z.string(),
 	updated_at: z.string(),
 });
@@ -188,8 +218,8 @@ export interface Subscriber {
 	headers: Record<string, string>;
 	/** Always filled by the webhooks service, from its column (per_order unless the customer chose none). */
 	ordering: WebhookOrdering;
-	/** API.md `rate_limit`: at most this many deliveries a second to the webhook, across instances; absent or null for none. */
-	rateLimit?: number | null;
+	/** API.md `rate_limit`: at most this many deliveries a second to the webhook, across instances; null for none. Always filled by the webhooks service, from its column. */
+	rateLimit: number | null;
 }
 
 export interface ResolvedWebhook extends Subscriber {
@@ -212,7 +242,7 @@ export interface WebhookChangedEvent {
 	active: boolean;
 	/** The webhook's ordering after the change (webhooks.updated); a change to "none" releases its waiting deliveries. */
 	ordering?: WebhookOrdering;
-	/** The webhook's rate_limit after the change (webhooks.updated). */
+	/** The webhook's rate_limit after the change (webhooks.updated; webhooks.created too); null for none. */
 	rateLimit?: number | null;
 }
 

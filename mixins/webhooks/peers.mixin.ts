@@ -32,7 +32,7 @@ export const PeersMixin: WebhooksMixin = {
 				const rows: WebhookRow[] = await this.db("webhooks").where({ customer_id: customerId, active: true }).orderBy("created_at");
 				return rows
 					.filter(row => (JSON.parse(row.events) as string[]).includes(topic))
-					.map(row => ({ id: row.id, customerId: row.customer_id, url: row.url, ...this.signingOf(row), headers: openHeaders(row, this.secretsKey), ordering: row.ordering }));
+					.map(row => ({ id: row.id, customerId: row.customer_id, url: row.url, ...this.signingOf(row), headers: openHeaders(row, this.secretsKey), ordering: row.ordering, rateLimit: row.rate_limit }));
 			},
 		},
 
@@ -52,6 +52,7 @@ export const PeersMixin: WebhooksMixin = {
 					...this.signingOf(row),
 					headers: openHeaders(row, this.secretsKey),
 					ordering: row.ordering,
+					rateLimit: row.rate_limit,
 				}));
 			},
 		},
@@ -82,7 +83,7 @@ export const PeersMixin: WebhooksMixin = {
 				if (!row) return { disabled: false, webhook: null };
 				const view = this.present(row);
 				if (changed === 1) {
-					ctx.broadcast<WebhookChangedEvent>(WEBHOOK_EVENTS.updated, { id, customerId: row.customer_id, active: false, ordering: view.ordering });
+					ctx.broadcast<WebhookChangedEvent>(WEBHOOK_EVENTS.updated, { id, customerId: row.customer_id, active: false, ordering: view.ordering, rateLimit: view.rate_limit });
 					this.announceDisabled(ctx, row.customer_id, view);
 				}
 				return { disabled: changed === 1, webhook: { ...view, customerId: row.customer_id } };

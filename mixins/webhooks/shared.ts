@@ -10,7 +10,7 @@ import type { FieldProblem } from "../../lib/errors";
 import type { DisabledReason, Subscriber, WebhookOrdering, WebhookView } from "../../lib/schemas/webhooks";
 
 // What a listing reads: everything `present` needs and nothing secret.
-export const PUBLIC_COLUMNS = ["id", "name", "url", "events", "active", "disabled_reason", "disabled_at", "header_names", "ordering", "created_at", "updated_at"] as const;
+export const PUBLIC_COLUMNS = ["id", "name", "url", "events", "active", "disabled_reason", "disabled_at", "header_names", "ordering", "rate_limit", "created_at", "updated_at"] as const;
 export type PublicWebhookRow = Pick<WebhookRow, (typeof PUBLIC_COLUMNS)[number]>;
 
 export interface WebhookRow {
@@ -26,6 +26,8 @@ export interface WebhookRow {
 	header_names: string;
 	headers_envelope: string | null;
 	ordering: WebhookOrdering;
+	/** Deliveries per second at most; null for no limit. */
+	rate_limit: number | null;
 	secret_envelope: string;
 	previous_secret_envelope: string | null;
 	previous_secret_expires_at: string | null;
