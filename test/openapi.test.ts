@@ -75,6 +75,15 @@ describe("OpenAPI document (structure)", () => {
 		expect(schemas.Delivery.required).toContain("waiting_for");
 	});
 
+	it("describes a webhook's rate_limit in every answer: a whole number from 1 to 10000, or null", () => {
+		const schemas = (document.components as Json).schemas;
+		expect(schemas.Webhook.properties.rate_limit).toMatchObject({
+			anyOf: [{ type: "integer", minimum: 1, maximum: 10_000 }, { type: "null" }],
+			description: expect.stringContaining("deliveries per second"),
+		});
+		expect(schemas.Webhook.required).toContain("rate_limit");
+	});
+
 	it("describes what the service sends for the operational topic webhook:disabled (OpenAPI webhooks)", () => {
 		const disabled = (document.webhooks as Json)["webhook:disabled"].post;
 		expect(disabled.requestBody.content["application/json"].schema).toEqual({ $ref: "#/components/schemas/WebhookDisabledMessage" });
@@ -127,13 +136,23 @@ describe("OpenAPI document (structure)", () => {
 	it("describes request bodies from the validation schemas: strict, with their required fields", () => {
 		const create = (document.paths as Json)["/id/v3/webhooks"].post.requestBody.content["application/json"].schema;
 		expect(create).toMatchObject({ type: "object", additionalProperties: false, required: ["name", "url"] });
-		expect(Object.keys(create.properties).sort()).toEqual(["event_types", "events", "headers", "name", "ordering", "url"]);
+		expect(Object.keys(create.properties).sort()).toEqual(["event_types", "events", "headers", "name", "ordering", "rate_limit", "url"]);
 		expect(create.properties.headers).toMatchObject({ type: "object", description: expect.stringContaining("Write-only") });
 		expect(create.properties.ordering).toMatchObject({ type: "string", enum: ["per_order", "none"], default: "per_order", description: expect.stringContaining("one at a time") });
+		expect(create.properties.rate_limit).toMatchObject({
+			anyOf: [{ type: "integer", minimum: 1, maximum: 10_000 }, { type: "null" }],
+			default: null,
+			description: expect.stringMatching(/deliveries per second.*never fail/),
+		});
 		const patch = (document.paths as Json)["/id/v3/webhooks/{id}"].patch.requestBody.content["application/json"].schema;
-		expect(Object.keys(patch.properties).sort()).toEqual(["active", "event_types", "events", "headers", "name", "ordering"]);
+		expect(Object.keys(patch.properties).sort()).toEqual(["active", "event_types", "events", "headers", "name", "ordering", "rate_limit"]);
 		// PATCH leaves ordering as it is when it is not sent: no default there.
 		expect(patch.properties.ordering).toEqual({ type: "string", enum: ["per_order", "none"], description: create.properties.ordering.description });
+		// Nor for rate_limit, where null (not absence) removes the limit.
+		expect(patch.properties.rate_limit).toEqual({
+			anyOf: [{ type: "integer", minimum: 1, maximum: 10_000 }, { type: "null" }],
+			description: expect.stringContaining("null removes the limit"),
+		});
 		const list = (document.paths as Json)["/id/v3/webhooks"].get.parameters;
 		expect(list).toEqual(
 			expect.arrayContaining([expect.objectContaining({ name: "per_page", in: "query", schema: expect.objectContaining({ minimum: 1, maximum: 100, default: 25 }) })]),

@@ -131,6 +131,7 @@ describe("SDK against the real gateway", () => {
 			disabled_at: null,
 			header_names: [],
 			ordering: "per_order",
+			rate_limit: null,
 			created_at: created.created_at,
 			updated_at: created.updated_at,
 		});
@@ -152,6 +153,20 @@ describe("SDK against the real gateway", () => {
 		const untyped = { ordering: "PER_ORDER" } as unknown as UpdateWebhookInput;
 		await expect(client.webhooks.update(unordered.id, untyped)).rejects.toMatchObject({ status: 422, errors: [{ path: "ordering", message: expect.stringContaining("per_order") }] });
 		expect((await client.webhooks.get(unordered.id)).ordering).toBe("per_order");
+	});
+
+	it("webhooks.create / update carry rate_limit, typed as a number or null", async () => {
+		const limited: WebhookWithSecret = await client.webhooks.create({ name: "ten a second", url: `${env.receiver.url}/sdk/limited`, events: ["tasking:order_status"], rate_limit: 10 });
+		const limit: number | null = limited.rate_limit;
+		expect(limit).toBe(10);
+		const input: UpdateWebhookInput = { rate_limit: null };
+		expect(await client.webhooks.update(limited.id, input)).toMatchObject({ id: limited.id, rate_limit: null });
+		expect((await client.webhooks.get(limited.id)).rate_limit).toBeNull();
+		// Typed as a number, but not every number is a limit: the service refuses it at its field.
+		await expect(client.webhooks.update(limited.id, { rate_limit: 0.5 })).rejects.toMatchObject({ status: 422, errors: [{ path: "rate_limit", message: expect.stringContaining("1 to 10000") }] });
+		const untyped = { rate_limit: "10" } as unknown as UpdateWebhookInput;
+		await expect(client.webhooks.update(limited.id, untyped)).rejects.toMatchObject({ status: 422, errors: [{ path: "rate_limit", message: expect.stringContaining("1 to 10000") }] });
+		expect((await client.webhooks.get(limited.id)).rate_limit).toBeNull();
 	});
 
 	it("webhooks.list: the iterator walks every page in order, and stops on an exact-multiple last page", async () => {

@@ -9,6 +9,7 @@ export type CreateWebhookInput = {
 	event_types?: string[] | undefined;
 	headers?: Record<string, unknown> | undefined;
 	ordering?: "per_order" | "none" | undefined;
+	rate_limit?: number | null | undefined;
 };
 
 export type Delivery = {
@@ -141,13 +142,14 @@ export type RecoverResult = {
 	remaining: number;
 };
 
-/** Any of name, events (or event_types), active, headers, ordering. The URL cannot change. */
+/** Any of name, events (or event_types), active, headers, ordering, rate_limit. The URL cannot change. */
 export type UpdateWebhookInput = {
 	name?: string | undefined;
 	events?: string[] | undefined;
 	event_types?: string[] | undefined;
 	headers?: Record<string, unknown> | null | undefined;
 	ordering?: "per_order" | "none" | undefined;
+	rate_limit?: number | null | undefined;
 	active?: boolean | undefined;
 };
 
@@ -179,6 +181,7 @@ export type Webhook = {
 	disabled_at: string | null;
 	header_names: string[];
 	ordering: "per_order" | "none";
+	rate_limit: number | null;
 	created_at: string;
 	updated_at: string;
 };

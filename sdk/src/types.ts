@@ -30,7 +30,7 @@ export type Webhook = z.infer<typeof WebhookView>;
 /** What `webhooks.create` and `webhooks.rotate` answer: the only time the secret is shown. */
 export type WebhookWithSecret = Webhook & DeepPlain<Omit<z.infer<typeof WebhookWithSecretSchema>, keyof Webhook>>;
 export type CreateWebhookInput = z.input<typeof CreateWebhook>;
-/** Any of name, events (or event_types), active, headers, ordering. The URL cannot change. */
+/** Any of name, events (or event_types), active, headers, ordering, rate_limit. The URL cannot change. */
 export type UpdateWebhookInput = Omit<z.input<typeof UpdateWebhook>, "id" | "url">;
 export type WebhookTestResult = Webhook & DeepPlain<WebhookTestOutcome>;
 
