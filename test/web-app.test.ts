@@ -327,8 +327,11 @@ describeWithBrowser("web application in Chromium", () => {
 		await expectAccessible("delivery log with a waiting delivery");
 		await screenshotBothWidths(page, "delivery-log-waiting");
 		await link.click();
-		await page.locator(`#delivery-${head.id}`).waitFor();
-		expect(await page.evaluate(() => document.activeElement?.closest("li")?.id)).toBe(`delivery-${head.id}`);
+		// Focus moves once the earlier delivery's attempts are fetched: wait for that, not for its row
+		// (already on the page, so waiting for it raced the fetch).
+		const focusedRow = () => page.evaluate(() => document.activeElement?.closest("li")?.id);
+		await page.waitForFunction(rowId => document.activeElement?.closest("li")?.id === rowId, `delivery-${head.id}`);
+		expect(await focusedRow()).toBe(`delivery-${head.id}`);
 
 		// The receiver gets the statuses in the order they happened.
 		await env.receiver.waitFor(request => toErp(request, "in progress"), 30_000);
