@@ -1,9 +1,9 @@
 /// <reference lib="dom" />
 // The web application in a real browser (Debian's Chromium through playwright-core) against the
 // real gateway, real database and a real HTTPS receiver: sign in with a token, create a webhook
-// (ordering none) and see its secret once, test it (passing and failing), rotate, pause and resume
-// deliveries, read the delivery log and retry a failed delivery, rename and change events and
-// ordering, turn email on and off (and meet a 412), delete. Every page is checked with axe-core
+// (ordering none, a rate limit) and see its secret once, test it (passing and failing), rotate,
+// pause and resume deliveries, read the delivery log and retry a failed delivery, rename and change
+// events and ordering, clear the rate limit, turn email on and off (and meet a 412), delete. Every page is checked with axe-core
 // and photographed at desktop and phone width into docs/screenshots/.
 import crypto from "node:crypto";
 import type { Browser, BrowserContext, Page } from "playwright-core";
@@ -105,7 +105,7 @@ describeWithBrowser("web application in Chromium", () => {
 		expect(await api("GET", "/webhooks").then(response => response.body.webhooks)).toEqual([]);
 	});
 
-	it("creates a webhook from the form labelled Webhook Name, URL, Event Types and Ordering, and shows the secret once", async () => {
+	it("creates a webhook from the form labelled Webhook Name, URL, Event Types, Ordering and Rate limit, and shows the secret once", async () => {
 		await page.getByRole("group", { name: "Event Types" }).getByRole("checkbox", { name: "Tasking order status updates" }).check();
 		// Ordering starts at its default, explained in one line; this webhook opts out.
 		const ordering = page.getByRole("group", { name: "Ordering" });
@@ -114,6 +114,12 @@ describeWithBrowser("web application in Chromium", () => {
 		const perOrderLine = await ordering.getByRole("radio", { name: "Per order (default)" }).getAttribute("aria-describedby");
 		expect(await page.locator(`#${perOrderLine}`).textContent()).toMatch(/one at a time, in the order they happened.*holds back only itself/);
 		await ordering.getByRole("radio", { name: "None" }).check();
+		// Rate limit starts empty (no limit), explained in one line; this webhook gets one.
+		const rateLimit = page.getByLabel("Rate limit");
+		expect(await rateLimit.inputValue()).toBe("");
+		const rateLimitLine = await rateLimit.getAttribute("aria-describedby");
+		expect(await page.locator(`#${rateLimitLine}`).textContent()).toMatch(/deliveries per second.*empty for no limit.*wait their turn, they never fail/);
+		await rateLimit.fill("25");
 		await page.getByRole("button", { name: "Create webhook" }).click();
 		const panel = page.locator(".secret-panel");
 		await panel.waitFor();
@@ -138,7 +144,7 @@ describeWithBrowser("web application in Chromium", () => {
 		await screenshotBothWidths(page, "webhook-created");
 
 		const [created] = (await api("GET", "/webhooks")).body.webhooks;
-		expect(created).toMatchObject({ name: "Orders to ERP", url: `${env.receiver.url}${receiverPath("erp")}`, events: ["tasking:order_status"], active: true, ordering: "none" });
+		expect(created).toMatchObject({ name: "Orders to ERP", url: `${env.receiver.url}${receiverPath("erp")}`, events: ["tasking:order_status"], active: true, ordering: "none", rate_limit: 25 });
 		webhookId = created.id;
 
 		await page.getByRole("button", { name: "I have stored the secret" }).click();
@@ -279,28 +285,44 @@ describeWithBrowser("web application in Chromium", () => {
 		await page.getByText("Show the figures per hour").click();
 	});
 
-	it("renames the webhook, changes its events and its ordering back to per order; a taken name is reported next to Webhook Name", async () => {
+	it("renames the webhook, changes its events and its ordering back to per order, clears its rate limit; a taken name and a bad limit are reported next to their fields", async () => {
 		await env.stack.app.broker.call("topics.register", { topic: "tasking:order_created", category: "tasking", name: "Tasking order created", description: "A new tasking order was placed", webhooks: true, email: false });
 		await api("POST", "/webhooks", { name: "Archive", url: `${env.receiver.url}${receiverPath("archive")}`, events: ["tasking:order_status"] });
 		await page.reload();
-		expect(await page.locator(".details").innerText()).toMatch(/Ordering\s+None/);
+		expect(await page.locator(".details").innerText()).toMatch(/Ordering\s+None\s+Rate limit\s+25 per second/);
 		await page.getByRole("button", { name: "Edit webhook" }).click();
-		// The edit form starts from the stored ordering.
+		// The edit form starts from the stored ordering and rate limit.
 		const ordering = page.getByRole("group", { name: "Ordering" });
 		expect(await ordering.getByRole("radio", { name: "None" }).isChecked()).toBe(true);
+		const rateLimit = page.getByLabel("Rate limit");
+		expect(await rateLimit.inputValue()).toBe("25");
 		await expectAccessible("edit form");
 		await page.getByLabel("Webhook Name").fill("Archive");
 		await page.getByRole("button", { name: "Save changes" }).click();
 		await page.locator("#edit-name-error").waitFor();
 		expect(await page.locator("#edit-name-error").textContent()).toMatch(/already has this name/);
 
+		// A limit the service does not take is explained under Rate limit, and changes nothing.
+		await page.getByLabel("Webhook Name").fill("Orders to ERP (renamed)");
+		await rateLimit.fill("2.5");
+		await page.getByRole("button", { name: "Save changes" }).click();
+		await page.locator("#edit-rate_limit-error").waitFor();
+		expect(await page.locator("#edit-rate_limit-error").textContent()).toMatch(/whole number of deliveries per second from 1 to 10000/);
+		expect(await rateLimit.getAttribute("aria-invalid")).toBe("true");
+		expect(await rateLimit.getAttribute("aria-describedby")).toContain("edit-rate_limit-error");
+		await page.waitForFunction(() => document.activeElement?.id === "edit-rate_limit");
+		await expectAccessible("edit form with a rate limit problem");
+		expect((await api("GET", `/webhooks/${webhookId}`)).body).toMatchObject({ name: "Orders to ERP", rate_limit: 25 });
+		// Emptied, the box means no limit.
+		await rateLimit.fill("");
+
 		await page.getByLabel("Webhook Name").fill("Orders to ERP (renamed)");
 		await page.getByRole("checkbox", { name: "Tasking order created" }).check();
 		await ordering.getByRole("radio", { name: "Per order (default)" }).check();
 		await page.getByRole("button", { name: "Save changes" }).click();
 		await page.getByRole("heading", { name: "Orders to ERP (renamed)", level: 1 }).waitFor();
-		expect((await api("GET", `/webhooks/${webhookId}`)).body).toMatchObject({ name: "Orders to ERP (renamed)", events: ["tasking:order_status", "tasking:order_created"], ordering: "per_order" });
-		expect(await page.locator(".details").innerText()).toMatch(/Ordering\s+Per order \(default\)/);
+		expect((await api("GET", `/webhooks/${webhookId}`)).body).toMatchObject({ name: "Orders to ERP (renamed)", events: ["tasking:order_status", "tasking:order_created"], ordering: "per_order", rate_limit: null });
+		expect(await page.locator(".details").innerText()).toMatch(/Ordering\s+Per order \(default\)\s+Rate limit\s+No limit/);
 	});
 
 	it("shows a delivery waiting for the earlier status of its order, linked to it, then both in order", async () => {

@@ -1,5 +1,6 @@
 // The webhook form: "Webhook Name", "URL" and "Event Types", as the specification names them, and
-// the delivery "Ordering". Creating asks for all of them; editing changes all but the URL (fixed).
+// the delivery "Ordering" and "Rate limit". Creating asks for all of them; editing changes all but
+// the URL (fixed).
 import { useEffect, useRef, useState } from "preact/hooks";
 import { ApiError, unplacedErrors } from "../api";
 import { FieldMessages, ProblemBanner } from "./common";
@@ -10,11 +11,16 @@ export interface WebhookFormValues {
 	url: string;
 	events: string[];
 	ordering: WebhookOrdering;
+	/**
+	 * Deliveries per second, null for no limit. Text that is not a whole number is sent as typed,
+	 * so that the service's own message says what it takes, next to the field.
+	 */
+	rate_limit: number | string | null;
 }
 
-type Field = "name" | "url" | "events" | "ordering";
+type Field = "name" | "url" | "events" | "ordering" | "rate_limit";
 
-const FIELDS = ["name", "url", "events", "event_types", "ordering"];
+const FIELDS = ["name", "url", "events", "event_types", "ordering", "rate_limit"];
 
 /** The choices in the order shown; the record makes the compiler insist on one label per value. */
 export const ORDERING_LABELS: Record<WebhookOrdering, string> = { per_order: "Per order (default)", none: "None" };
@@ -23,6 +29,16 @@ const ORDERING_DESCRIPTIONS: Record<WebhookOrdering, string> = {
 	per_order: "Each order's statuses arrive one at a time, in the order they happened; an order whose delivery keeps failing holds back only itself.",
 	none: "Each status is sent as soon as it comes in, whatever happened to the order's earlier ones.",
 };
+
+/** The Details' wording of a webhook's rate limit. */
+export const rateLimitLabel = (rateLimit: number | null) => (rateLimit === null ? "No limit" : `${rateLimit} per second`);
+
+/** The box's text as the API takes it: empty is no limit, digits a number, anything else as typed. */
+function rateLimitOf(text: string): number | string | null {
+	const trimmed = text.trim();
+	if (trimmed === "") return null;
+	return /^\d{1,15}$/.test(trimmed) ? Number(trimmed) : trimmed;
+}
 
 /** What to show next to a field: the `errors` entries for its path, or a 409's detail when it names the field. */
 function messagesFor(error: ApiError | null, field: Field): string[] {
@@ -53,24 +69,26 @@ export function WebhookForm(props: {
 	}, []);
 	// Most webhooks want the platform's main topic, so a new form starts with it ticked.
 	const [values, setValues] = useState<WebhookFormValues>(
-		props.initial ?? { name: "", url: "", events: props.topics.map(topic => topic.topic).filter(topic => topic === MAIN_TOPIC), ordering: "per_order" },
+		props.initial ?? { name: "", url: "", events: props.topics.map(topic => topic.topic).filter(topic => topic === MAIN_TOPIC), ordering: "per_order", rate_limit: null },
 	);
+	// What is in the Rate limit box, kept apart from the values so that "" and "0" stay as typed.
+	const [rateLimitText, setRateLimitText] = useState(props.initial?.rate_limit == null ? "" : String(props.initial.rate_limit));
 	const [error, setError] = useState<ApiError | null>(null);
 	const [busy, setBusy] = useState(false);
 	const id = (field: string) => `${props.idPrefix}-${field}`;
 	const fieldMessages = (field: Field, from: ApiError | null = error) => messagesFor(from, field);
-	const firstControl: Record<Field, string> = { name: id("name"), url: id("url"), events: id("events-0"), ordering: id(`ordering-${ORDERINGS[0]}`) };
+	const firstControl: Record<Field, string> = { name: id("name"), url: id("url"), events: id("events-0"), ordering: id(`ordering-${ORDERINGS[0]}`), rate_limit: id("rate_limit") };
 	const submit = async (event: Event) => {
 		event.preventDefault();
 		setBusy(true);
 		setError(null);
 		try {
-			await props.onSubmit({ ...values, name: values.name.trim(), url: values.url.trim() });
+			await props.onSubmit({ ...values, name: values.name.trim(), url: values.url.trim(), rate_limit: rateLimitOf(rateLimitText) });
 		} catch (err) {
 			if (!(err instanceof ApiError)) throw err;
 			setError(err);
 			// Move focus to the first field with a problem, so keyboard and screen-reader users land on it.
-			const first = (["name", "url", "events", "ordering"] as const).find(field => fieldMessages(field, err).length > 0);
+			const first = (["name", "url", "events", "ordering", "rate_limit"] as const).find(field => fieldMessages(field, err).length > 0);
 			requestAnimationFrame(() => document.getElementById(first ? firstControl[first] : `${props.idPrefix}-problem`)?.focus());
 		} finally {
 			setBusy(false);
@@ -176,6 +194,26 @@ export function WebhookForm(props: {
 				))}
 				<FieldMessages id={id("ordering-error")} messages={fieldMessages("ordering")} />
 			</fieldset>
+			<div class="field">
+				<label for={id("rate_limit")}>Rate limit</label>
+				<input
+					id={id("rate_limit")}
+					name="rate_limit"
+					type="text"
+					inputMode="numeric"
+					class="narrow"
+					autoComplete="off"
+					placeholder="No limit"
+					value={rateLimitText}
+					aria-invalid={invalid("rate_limit")}
+					aria-describedby={describedBy("rate_limit", id("rate_limit-hint"))}
+					onInput={event => setRateLimitText((event.target as HTMLInputElement).value)}
+				/>
+				<p class="hint" id={id("rate_limit-hint")}>
+					Optional: at most this many deliveries per second (1 to 10000); empty for no limit. Deliveries over it wait their turn, they never fail.
+				</p>
+				<FieldMessages id={id("rate_limit-error")} messages={fieldMessages("rate_limit")} />
+			</div>
 			<div class="actions">
 				{props.onCancel && (
 					<button type="button" onClick={props.onCancel}>

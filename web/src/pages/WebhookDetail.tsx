@@ -1,9 +1,9 @@
 // One webhook: its status switch, test, rotate and delete (both confirmed), the edit form (name,
-// events, ordering), the 24-hour health chart and the delivery log.
+// events, ordering, rate limit), the 24-hour health chart and the delivery log.
 import { useEffect, useState } from "preact/hooks";
 import { Api, ApiError } from "../api";
 import { ConfirmDialog, DisabledNote, Feedback, formatTime, Link, ProblemBanner, SecretPanel, Switch } from "../components/common";
-import { ORDERING_LABELS, WebhookForm, type WebhookFormValues } from "../components/WebhookForm";
+import { ORDERING_LABELS, rateLimitLabel, WebhookForm, type WebhookFormValues } from "../components/WebhookForm";
 import { HealthChart } from "../components/HealthChart";
 import { DeliveryLog } from "../components/DeliveryLog";
 import { navigate } from "../router";
@@ -100,7 +100,7 @@ export function WebhookDetailPage(props: { api: Api; id: string }) {
 		});
 
 	const save = async (values: WebhookFormValues) => {
-		const updated = await api.patch<Webhook>(`/webhooks/${id}`, { name: values.name, events: values.events, ordering: values.ordering });
+		const updated = await api.patch<Webhook>(`/webhooks/${id}`, { name: values.name, events: values.events, ordering: values.ordering, rate_limit: values.rate_limit });
 		setWebhook(updated);
 		setEditing(false);
 		setStatus("Changes saved.");
@@ -152,7 +152,7 @@ export function WebhookDetailPage(props: { api: Api; id: string }) {
 						idPrefix="edit"
 						editing
 						topics={topics}
-						initial={{ name: webhook.name, url: webhook.url, events: webhook.events, ordering: webhook.ordering }}
+						initial={{ name: webhook.name, url: webhook.url, events: webhook.events, ordering: webhook.ordering, rate_limit: webhook.rate_limit }}
 						submitLabel="Save changes"
 						onSubmit={save}
 						onCancel={() => setEditing(false)}
@@ -172,6 +172,8 @@ export function WebhookDetailPage(props: { api: Api; id: string }) {
 					<dd class="mono break">{webhook.id}</dd>
 					<dt>Ordering</dt>
 					<dd>{ORDERING_LABELS[webhook.ordering]}</dd>
+					<dt>Rate limit</dt>
+					<dd>{rateLimitLabel(webhook.rate_limit)}</dd>
 				</dl>
 			</section>
 
