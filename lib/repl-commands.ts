@@ -161,9 +161,10 @@ export function replCommands(): ReplCommand[] {
 					const lastDelivery = latest ? `${latest.status}${latest.last_status_code ? ` (${latest.last_status_code})` : latest.last_error_kind ? ` (${latest.last_error_kind})` : ""}` : "none";
 					// Why and since when (`user`, `gone` for a 410, `failing` after WEBHOOK_DISABLE_AFTER).
 					const disabled = webhook.active || !webhook.disabled_reason ? "" : `${webhook.disabled_reason} since ${webhook.disabled_at}`;
-					rows.push([webhook.id, webhook.name, webhook.url, webhook.events, webhook.active ? "yes" : "no", disabled, webhook.ordering, lastDelivery, latest?.last_attempt_at]);
+					const rateLimit = webhook.rate_limit === null ? "none" : `${webhook.rate_limit}/s`;
+					rows.push([webhook.id, webhook.name, webhook.url, webhook.events, webhook.active ? "yes" : "no", disabled, webhook.ordering, rateLimit, lastDelivery, latest?.last_attempt_at]);
 				}
-				printTable(helpers, ["id", "name", "url", "events", "active", "disabled", "ordering", "latest delivery", "last attempt"], rows, `No webhooks for customer ${customerId}.`);
+				printTable(helpers, ["id", "name", "url", "events", "active", "disabled", "ordering", "rate limit", "latest delivery", "last attempt"], rows, `No webhooks for customer ${customerId}.`);
 			},
 		}),
 		command({

@@ -64,8 +64,8 @@ function startRepl(env: Record<string, string>): ReplProcess {
 interface Scenario {
 	repl: ReplProcess;
 	receiver: HttpsReceiver;
-	/** Creates a webhook of customer acme through the API. */
-	createWebhook(name: string, receiverPath: string): Promise<{ id: string; secret: string }>;
+	/** Creates a webhook of customer acme through the API; `fields` adds to the body. */
+	createWebhook(name: string, receiverPath: string, fields?: object): Promise<{ id: string; secret: string }>;
 	tokens: () => string[];
 }
 
@@ -79,7 +79,8 @@ function describeCommands(setup: () => Scenario) {
 	beforeAll(async () => {
 		s = setup();
 		s.receiver.setDefault(request => (request.path === "/repl-fail" ? { status: 500 } : { status: 200, body: "ok" }));
-		ok = await s.createWebhook(`ok ${crypto.randomBytes(3).toString("hex")}`, "/repl-ok");
+		// A limit far above what these tests send: it shows in the listing and holds nothing back.
+		ok = await s.createWebhook(`ok ${crypto.randomBytes(3).toString("hex")}`, "/repl-ok", { rate_limit: 1000 });
 		failing = await s.createWebhook(`failing ${crypto.randomBytes(3).toString("hex")}`, "/repl-fail");
 	});
 
@@ -96,7 +97,8 @@ function describeCommands(setup: () => Scenario) {
 		const listed = await s.repl.run("webhooks acme", /latest delivery/);
 		expect(listed).toContain(ok.id);
 		expect(listed).toContain(failing.id);
-		expect(listed).toMatch(new RegExp(`${ok.id}\\s*\\|\\s*ok \\w+\\s*\\|\\s*https://127\\.0\\.0\\.1:\\d+/repl-ok\\s*\\|\\s*tasking:order_status\\s*\\|\\s*yes\\s*\\|\\s*-\\s*\\|\\s*per_order\\s*\\|`));
+		expect(listed).toMatch(new RegExp(`${ok.id}\\s*\\|\\s*ok \\w+\\s*\\|\\s*https://127\\.0\\.0\\.1:\\d+/repl-ok\\s*\\|\\s*tasking:order_status\\s*\\|\\s*yes\\s*\\|\\s*-\\s*\\|\\s*per_order\\s*\\|\\s*1000/s\\s*\\|`));
+		expect(listed).toMatch(new RegExp(`${failing.id}\\s*\\|.*\\|\\s*per_order\\s*\\|\\s*none\\s*\\|`));
 		expect(await s.repl.run("webhooks nobody-here", /No webhooks/)).toContain("No webhooks for customer nobody-here.");
 		expect(await s.repl.run("webhooks 'a b'", /error/)).toMatch(/error: customer must be 1\.\.200 characters/);
 		expect(await s.repl.run("webhooks", /missing required argument/)).toMatch(/missing required argument 'customer'/);
@@ -216,8 +218,8 @@ describe("REPL, embedded: the service's own prompt", () => {
 		repl,
 		receiver,
 		tokens: () => [token],
-		createWebhook: (name, receiverPath) =>
-			apiRequest(`http://127.0.0.1:${apiPort}`, token, "POST", "/id/v3/webhooks", { name, url: receiver.url + receiverPath, events: ["tasking:order_status"] }),
+		createWebhook: (name, receiverPath, fields) =>
+			apiRequest(`http://127.0.0.1:${apiPort}`, token, "POST", "/id/v3/webhooks", { name, url: receiver.url + receiverPath, events: ["tasking:order_status"], ...fields }),
 	}));
 
 	it("a second REPL beside it stops at once, saying what to do", async () => {
@@ -317,7 +319,7 @@ describeWithNats("REPL joined to a cluster over NATS, running no service", () =>
 		repl,
 		receiver,
 		tokens: () => [token],
-		createWebhook: (name, receiverPath) => apiRequest(stack.baseUrl, token, "POST", "/id/v3/webhooks", { name, url: receiver.url + receiverPath, events: ["tasking:order_status"] }),
+		createWebhook: (name, receiverPath, fields) => apiRequest(stack.baseUrl, token, "POST", "/id/v3/webhooks", { name, url: receiver.url + receiverPath, events: ["tasking:order_status"], ...fields }),
 	}));
 });
 
