@@ -11,7 +11,7 @@
 /** How much of the webhook's schedule one reservation takes: 100 ms of sends. */
 export const RESERVE_AHEAD_MS = 100;
 /** A slot missed by more than this is dropped: the excess of a one-second window is at most this much of sends. */
-export const SLOT_GRACE_MS = 100;
+export const SLOT_GRACE_MS = 25;
 
 /** Milliseconds between two sends of a webhook limited to `limit` a second. */
 export const spacingOf = (limit: number) => 1_000 / limit;

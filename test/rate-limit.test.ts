@@ -8,8 +8,10 @@ import { attemptsMadeBy, useTwoDispatchers, waitUntil } from "./helpers/delivery
 import type { ReceivedRequest } from "./helpers/https-receiver";
 import { RateSlots, SLOT_GRACE_MS, slotsToReserve } from "../lib/rate-slots";
 
-const LIMIT = 20;
-const EVENTS = 160;
+// Large enough that the receiver's own timing noise (it shares the event loop with both instances)
+// moves a request across a window's edge far less often than the 10 % margin allows.
+const LIMIT = 100;
+const EVENTS = 400;
 
 /** The most requests within any one second (a half-open window starting at a request). */
 function busiestSecond(requests: ReceivedRequest[]): number {
