@@ -21,6 +21,28 @@ export function slotsToReserve(limit: number, waiting: number): number {
 	return Math.max(1, Math.min(waiting, Math.floor((limit * RESERVE_AHEAD_MS) / 1_000)));
 }
 
+/**
+ * How far the database's clock is ahead of this one (ms), from reservations' answers. A sample
+ * brackets it: the database read its clock after `before` and before `after` (local times), so
+ * the offset lies within [dbNow - after, dbNow - before]. Taking `dbNow - after` alone would put
+ * each reservation's slots late by however long its answer took (a commit, a busy event loop),
+ * by a different amount each time, and slots of different instances would then crowd together.
+ * The largest lower bound seen is used instead: late by the quickest answer only, and by the
+ * same amount for every reservation. A sample whose upper bound falls below it means this clock
+ * was stepped forward; the estimate starts again from that sample.
+ */
+export class ClockOffset {
+	private lower: number | null = null;
+
+	/** Adds a sample and returns the local time of the database time `dbTime`. */
+	toLocal(dbTime: number, sample: { before: number; dbNow: number; after: number }): number {
+		const lower = sample.dbNow - sample.after;
+		const upper = sample.dbNow - sample.before;
+		this.lower = this.lower === null || upper < this.lower ? lower : Math.max(this.lower, lower);
+		return dbTime - this.lower;
+	}
+}
+
 interface WebhookSlots {
 	limit: number;
 	/** Local times (epoch ms) at which this instance may send, oldest first. */
@@ -30,6 +52,8 @@ interface WebhookSlots {
 
 export class RateSlots {
 	private readonly webhooks = new Map<string, WebhookSlots>();
+	/** The database's clock, which the shared schedule runs on (PostgreSQL). */
+	readonly databaseClock = new ClockOffset();
 
 	/** Takes a slot due by `now`, dropping those missed; false when the next is later or none is held. */
 	take(webhookId: string, limit: number, now: number): boolean {

@@ -6,7 +6,7 @@ import crypto from "node:crypto";
 import { testDatabases } from "./helpers/services";
 import { attemptsMadeBy, useTwoDispatchers, waitUntil } from "./helpers/delivery-stack";
 import type { ReceivedRequest } from "./helpers/https-receiver";
-import { RateSlots, SLOT_GRACE_MS, slotsToReserve } from "../lib/rate-slots";
+import { ClockOffset, RateSlots, SLOT_GRACE_MS, slotsToReserve } from "../lib/rate-slots";
 
 // Large enough that the receiver's own timing noise (it shares the event loop with both instances)
 // moves a request across a window's edge far less often than the 10 % margin allows.
@@ -104,6 +104,17 @@ describe("send times held by one instance", () => {
 		expect(slots.nextAt("w")).toBeNull();
 		slots.forget("w");
 		expect(slots.needsReservation("w", 5)).toBe(true);
+	});
+
+	it("turns database times into local ones by the quickest answer, not each answer's own delay", () => {
+		const clock = new ClockOffset();
+		// The database is 1 000 ms ahead; this answer came back 80 ms after the database read its clock.
+		expect(clock.toLocal(5_000, { before: 3_990, dbNow: 5_000, after: 4_080 })).toBe(4_080);
+		// A quick answer narrows it down, and a slow one later does not move it again.
+		expect(clock.toLocal(6_000, { before: 4_999, dbNow: 6_000, after: 5_001 })).toBe(5_001);
+		expect(clock.toLocal(7_000, { before: 5_990, dbNow: 7_000, after: 6_100 })).toBe(6_001);
+		// This clock stepped forward by 500 ms: the old estimate no longer fits, it starts again.
+		expect(clock.toLocal(8_000, { before: 7_499, dbNow: 8_000, after: 7_502 })).toBe(7_502);
 	});
 
 	it("reserves a tenth of a second's worth, at least one, never more than wait", () => {

@@ -58,9 +58,10 @@ export const RateLimitsMixin: DispatcherMixin = {
 			try {
 				let firstAt: number;
 				if (isPostgres(this.db)) {
+					const before = Date.now();
 					const result = await this.db.raw(RESERVE_POSTGRES, [webhookId, span, span]);
 					const row = (result as { rows: Array<{ next_at: string | number; db_now: string | number }> }).rows[0];
-					firstAt = Date.now() + (Number(row.next_at) - span - Number(row.db_now));
+					firstAt = this.rateSlots.databaseClock.toLocal(Number(row.next_at) - span, { before, dbNow: Number(row.db_now), after: Date.now() });
 				} else {
 					const now = Date.now();
 					const [row] = (await this.db.raw(RESERVE_SQLITE, [webhookId, now, span, now, span])) as Array<{ next_at: number }>;
