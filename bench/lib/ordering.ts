@@ -13,7 +13,8 @@
 //      acknowledged by the channel before the next), orders side by side, occurred_at increasing.
 //   3. Claims stay O(due): WAITING rows laid down straight into the table behind WAITING_QUEUES
 //      heads (a retry a week away) on the per_order webhooks, then the same distinct bursts: the
-//      dispatcher's mean claim of due rows (webhook_delivery_claim_seconds) with ÷ without them.
+//      dispatcher's mean claim of due rows (webhook_delivery_claim_seconds) with ÷ without them,
+//      and the claims' reads of due rows timed from here on the idle service (claimReads).
 //   4. Bad neighbour: one per_order webhook, STUCK orders whose first status the receiver answers
 //      500 (their four later statuses waiting behind it), beside healthy orders of the same
 //      webhook. Healthy closed-loop throughput and open-loop p99 with ÷ without the stuck orders,
@@ -49,6 +50,7 @@ const STATUSES = ["committed", "staged", "in progress", "fulfilled", "expired"];
 const SENDERS = 256;
 const IN_SYSTEM = 64;
 const WARM_UP_EVENTS = 200;
+const READS = 200;
 export const ORDERING_GOALS = { per_order_vs_none: 0.95, five_statuses_vs_distinct: 0.8, neighbour_throughput_with_vs_without: 0.8, neighbour_p99_with_vs_without: 1.5, claim_with_waiting_vs_without: "about 1" };
 
 /** A deployment of the service with no webhooks yet (the scenario creates its own). */
@@ -246,6 +248,25 @@ async function addWaiting(deployment: OrderingDeployment, webhookIds: string[], 
 	}
 }
 
+/**
+ * The claim's read of due rows, timed straight from here while the service idles: the first step
+ * of claims.mixin.ts's claim of all due rows, and of a webhook's refill or probe, each the mean of
+ * READS runs. Bursts small enough to be leased straight from intake make few claims to time.
+ */
+async function claimReads(deployment: OrderingDeployment, webhookId: string): Promise<{ due_ms: number; webhook_ms: number }> {
+	const timed = async (sql: string, bindings: Array<string | number>) => {
+		for (let i = 0; i < 10; i++) await deployment.db.raw(sql, bindings);
+		const started = monotonicMs();
+		for (let i = 0; i < READS; i++) await deployment.db.raw(sql, bindings);
+		return round((monotonicMs() - started) / READS, 3);
+	};
+	const now = new Date().toISOString();
+	return {
+		due_ms: await timed("SELECT id, webhook_id, next_attempt_at FROM deliveries WHERE status = 'pending' AND next_attempt_at <= ? ORDER BY next_attempt_at LIMIT ?", [now, 2_000]),
+		webhook_ms: await timed("SELECT id FROM deliveries WHERE webhook_id = ? AND status = 'pending' AND next_attempt_at <= ? ORDER BY next_attempt_at, id LIMIT ?", [webhookId, now, 1]),
+	};
+}
+
 /** Scenarios 1-3 on one deployment. */
 async function orderingCost(ctx: Context, engine: "sqlite" | "postgresql") {
 	const deployment = await ctx.harness.deploy({ engine });
@@ -266,10 +287,12 @@ async function orderingCost(ctx: Context, engine: "sqlite" | "postgresql") {
 			none.closed_loops.push(await closedLoop(ctx, deployment, "bench-none", CLOSED_EVENTS, w));
 			perOrder.closed_loops.push(await closedLoop(ctx, deployment, "bench-ordered", CLOSED_EVENTS, w));
 		}
+		const readsWithout = await claimReads(deployment, orderedIds[0]);
 		const started = monotonicMs();
 		process.stderr.write(`bench delivery: ordering: laying down ${WAITING} waiting rows behind ${WAITING_QUEUES} heads\n`);
 		await addWaiting(deployment, orderedIds, "bench-ordered", WAITING_QUEUES, WAITING);
 		const insertSeconds = round((monotonicMs() - started) / 1000);
+		const readsWith = await claimReads(deployment, orderedIds[0]);
 		const withWaiting: RunFigures[] = [];
 		for (let round = 0; round < ROUNDS; round++) withWaiting.push(await burst(ctx, deployment, distinct("bench-ordered", BURST, w), w, `burst per_order, ${WAITING} waiting`));
 		const claimMean = (runs: RunFigures[]) => {
@@ -297,6 +320,7 @@ async function orderingCost(ctx: Context, engine: "sqlite" | "postgresql") {
 				without: { claims_due: perOrder.bursts.reduce((sum, run) => sum + run.claims_due, 0), claim_due_mean_ms: claimMean(perOrder.bursts), deliveries_per_s: rates.orderedBurst },
 				with: { bursts: withWaiting, claims_due: withWaiting.reduce((sum, run) => sum + run.claims_due, 0), claim_due_mean_ms: claimMean(withWaiting), deliveries_per_s: rateOf(withWaiting) },
 				claim_ratio: ratio(claimMean(withWaiting), claimMean(perOrder.bursts)),
+				claim_reads: { without: readsWithout, with: readsWith, due_ratio: ratio(readsWith.due_ms, readsWithout.due_ms), webhook_ratio: ratio(readsWith.webhook_ms, readsWithout.webhook_ms) },
 				burst_rate_ratio: ratio(rateOf(withWaiting), rates.orderedBurst),
 			},
 		};
