@@ -20,11 +20,13 @@
 // node and two dispatcher processes on PostgreSQL), bad neighbours (SQLite: the healthy
 // webhooks with and without one endpoint answering after 100 ms and one always answering 500,
 // whose retries are due all the time), backlog (open-loop bursts, cold and warm, small and
-// large, with millions of deliveries pending: bench/lib/backlog.ts), and tracing (SQLite, one
+// large, with millions of deliveries pending: bench/lib/backlog.ts), tracing (SQLite, one
 // node: throughput with OpenTelemetry traces on, every trace sampled and exported to a local
-// OTLP/HTTP sink, against tracing off, TRACING_ROUNDS rounds of each taking turns).
+// OTLP/HTTP sink, against tracing off, TRACING_ROUNDS rounds of each taking turns), and ordering
+// (what ordering per order costs, on receivers of its own: bench/lib/ordering.ts; a run of it
+// alone measures no floor).
 //
-// BENCH_SCENARIOS=sqlite,postgresql,cluster,neighbours,backlog,tracing picks scenarios (all but
+// BENCH_SCENARIOS=sqlite,postgresql,cluster,neighbours,backlog,tracing,ordering picks scenarios (all but
 // tracing by default); BENCH_PROFILE_DIR=<dir>
 // runs the service nodes with --cpu-prof into that folder; BENCH_SAMPLES_FILE=<file> appends each
 // latency round's samples ([sent at, ms], monotonic clock) as a JSON line; BENCH_OFFERED fixes the
@@ -47,6 +49,7 @@ import { probe, probeAll, producerBroker, sendVia, serviceNodeEnv, type Probe } 
 import { monotonicMs, type ReceiverReady } from "./lib/receiver";
 import { Receivers } from "./lib/receivers";
 import { againstFloor, backlogScenario, type BacklogDeployment, type BacklogHarness } from "./lib/backlog";
+import { orderingScenario } from "./lib/ordering";
 import { concurrentLoops, floorBody, keyOf, signedPost, type SignedTarget } from "./lib/signed-post";
 import { machineCoresBetween, mean, percentile, readMachine, round } from "./lib/stats";
 
@@ -67,7 +70,9 @@ const TRACING_ROUNDS = Number(process.env.BENCH_TRACING_ROUNDS ?? 2);
 const GOALS = { throughput_ratio: 0.5, throughput_ratio_stretch: 0.8, p99_vs_relay: 2, neighbours_within: 0.2 };
 const NATS_URL = process.env.BENCH_NATS_URL ?? "nats://127.0.0.1:4222";
 const DATABASE_URL = process.env.BENCH_DATABASE_URL ?? "postgres://postgres@127.0.0.1:5432/test";
-const SCENARIOS = (process.env.BENCH_SCENARIOS ?? "sqlite,postgresql,cluster,neighbours,backlog").split(",");
+const SCENARIOS = (process.env.BENCH_SCENARIOS ?? "sqlite,postgresql,cluster,neighbours,backlog,ordering").split(",");
+// The ordering scenario's figures are ratios within itself: run alone, it needs no floor.
+const NEEDS_FLOOR = SCENARIOS.some(scenario => scenario !== "ordering");
 const PROFILE_DIR = process.env.BENCH_PROFILE_DIR;
 const SAMPLES_FILE = process.env.BENCH_SAMPLES_FILE;
 // The latency load in deliveries per second, instead of half the measured throughput: an A/B of
@@ -502,6 +507,10 @@ async function tracingScenario(healthyUrls: string[], caFile: string, receivers:
 	};
 }
 
+function machineOf(loadBefore: number[]) {
+	return { cpus: os.cpus().length, model: os.cpus()[0]?.model, node: process.version, loadavg_before: loadBefore.map(v => round(v)), loadavg_after: os.loadavg().map(v => round(v)) };
+}
+
 async function removeStreams(): Promise<void> {
 	const nats = await connect({ servers: new URL(NATS_URL).host });
 	try {
@@ -527,9 +536,9 @@ export async function run(): Promise<object> {
 	const loadBefore = os.loadavg();
 	const results: Record<string, unknown> = {};
 	try {
-		const floorBeforeRun = await floor(floorTargets, cert, receivers);
-		process.stderr.write("bench delivery: relay throughput\n");
-		const relayRate = await relayThroughput(healthyUrls.map(url => ({ url })), cert, receivers);
+		const floorBeforeRun = NEEDS_FLOOR ? await floor(floorTargets, cert, receivers) : undefined;
+		if (NEEDS_FLOOR) process.stderr.write("bench delivery: relay throughput\n");
+		const relayRate = NEEDS_FLOOR ? await relayThroughput(healthyUrls.map(url => ({ url })), cert, receivers) : NaN;
 		const pending: Array<{ name: string; figures: { throughput_ratio: number; throughput_vs_relay: number; deliveries_per_s: number } }> = [];
 		for (const scenario of SCENARIOS) {
 			process.stderr.write(`bench delivery: ${scenario}\n`);
@@ -555,10 +564,13 @@ export async function run(): Promise<object> {
 					probe: probeAll,
 				};
 				results.backlog = await backlogScenario(harness, healthyUrls);
+			} else if (scenario === "ordering") {
+				results.ordering = await orderingScenario({ key, cert, deploy: options => deploy({ ...options, healthyUrls: [], caFile }), probe: probeAll });
 			} else {
 				throw new Error(`unknown scenario ${scenario}`);
 			}
 		}
+		if (!floorBeforeRun) return { machine: machineOf(loadBefore), ...results };
 		const floorAfterRun = await floor(floorTargets, cert, receivers);
 		// The ratios use the mean of the floor before and after: the machine's other load drifts.
 		const floorRate = (floorBeforeRun.rate + floorAfterRun.rate) / 2;
@@ -572,7 +584,7 @@ export async function run(): Promise<object> {
 			results.backlog = againstFloor(results.backlog as Awaited<ReturnType<typeof backlogScenario>>, floorRate, rawUs);
 		}
 		return {
-			machine: { cpus: os.cpus().length, model: os.cpus()[0]?.model, node: process.version, loadavg_before: loadBefore.map(v => round(v)), loadavg_after: os.loadavg().map(v => round(v)) },
+			machine: machineOf(loadBefore),
 			concurrency: CONCURRENCY,
 			webhooks: HEALTHY,
 			events: EVENTS,

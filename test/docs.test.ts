@@ -35,6 +35,7 @@ const RUN_BY: Array<{ file: string; firstLine: string; test: string }> = [
 	{ file: "docs/operations.md", firstLine: "TRANSPORTER=nats://nats:4222 NAMESPACE=prod npm run repl", test: "test/repl.test.ts" },
 	{ file: "docs/delivery.md", firstLine: "WEBHOOK_ALLOW_NETS=127.0.0.1/32,::1/128 WEBHOOK_CA_FILE=data/listen/ca.pem npm start", test: "test/quickstart.test.ts" },
 	{ file: "docs/delivery.md", firstLine: "TOKEN=$(npm run -s token -- --sub orders-service --scope events:publish)", test: "test/http-intake.test.ts" },
+	{ file: "docs/benchmarks.md", firstLine: "BENCH_SCENARIOS=ordering npm run -s bench -- delivery", test: "test/bench-ordering.test.ts" },
 	{ file: "docs/cluster.md", firstLine: "TRANSPORTER=nats://127.0.0.1:4222 DATABASE_URL=postgres://postgres@127.0.0.1:5432/postgres npm run cluster", test: "test/entrypoint.test.ts" },
 ];
 

@@ -1,7 +1,11 @@
 // Child process of bench/delivery.ts: the webhook receivers, in a process of their own so that
 // they have their own core and event loop, as real receivers would. One HTTPS port per endpoint
 // (each its own origin, so each gets its own connection pool in a client): "ok" answers 200 at
-// once, "slow" answers 200 after SLOW_MS, "fail" always answers 500.
+// once, "slow" answers 200 after SLOW_MS, "fail" always answers 500. "ordered" (the ordering
+// scenario, bench/lib/ordering.ts) reads the body: it answers 500 to a status whose data carries
+// `"bench_fail":true` (counted as fail), and otherwise 200 as "ok" does, counting a status that
+// arrives after a later one of the same order at the same endpoint (its data's `seq`) as out of
+// order.
 //
 // For bodies that carry `"sent_at":<ms>` (the monotonic clock, shared by every process on the
 // machine), an "ok" endpoint records [sent_at, latency] for the parent. Throughput is counted
@@ -12,13 +16,13 @@ import https from "node:https";
 import type { AddressInfo } from "node:net";
 import { startEventLoopProbe } from "./event-loop-probe";
 
-export type EndpointKind = "ok" | "slow" | "fail";
+export type EndpointKind = "ok" | "slow" | "fail" | "ordered";
 export const SLOW_MS = 100;
 
 export interface ReceiverReady {
 	ports: number[];
 }
-export type ReceiverMessage = { type: "count"; ok: number; repeats: number; slow: number; fail: number; okBytes: number } | { type: "samples"; samples: Array<[number, number]> };
+export type ReceiverMessage = { type: "count"; ok: number; repeats: number; slow: number; fail: number; okBytes: number; outOfOrder: number } | { type: "samples"; samples: Array<[number, number]> };
 
 export const monotonicMs = () => Number(process.hrtime.bigint()) / 1e6;
 
@@ -33,19 +37,22 @@ function main(): void {
 	const key = process.env.RECEIVER_KEY!;
 	const cert = process.env.RECEIVER_CERT!;
 	// okBytes: the HTTP request bytes of the "ok" answers (request line, headers, body; not TLS).
-	const counts = { ok: 0, repeats: 0, slow: 0, fail: 0, okBytes: 0 };
+	const counts = { ok: 0, repeats: 0, slow: 0, fail: 0, okBytes: 0, outOfOrder: 0 };
 	const okIds = new Set<string>();
+	// "ordered": the highest seq answered 200 per endpoint and order.
+	const lastSeq = new Map<string, number>();
 	let samples: Array<[number, number]> = [];
 	let reported = -1;
 
-	const servers = kinds.map(kind =>
+	const servers = kinds.map((kind, endpoint) =>
 		https.createServer({ key, cert, keepAliveTimeout: 30_000 }, (req, res) => {
 			const chunks: Buffer[] = [];
 			req.on("data", chunk => chunks.push(chunk));
 			req.on("end", () => {
 				const arrived = monotonicMs();
 				const answer = (status: number) => {
-					if (kind !== "ok") counts[kind] += 1;
+					if (status !== 200) counts.fail += 1;
+					else if (kind === "slow") counts.slow += 1;
 					else if (okIds.has(String(req.headers["webhook-id"]))) counts.repeats += 1;
 					else {
 						okIds.add(String(req.headers["webhook-id"]));
@@ -55,7 +62,18 @@ function main(): void {
 					res.writeHead(status, { "content-type": "text/plain" });
 					res.end(status === 200 ? "ok" : "nope");
 				};
-				if (kind === "ok") {
+				if (kind === "ordered") {
+					const { data } = JSON.parse(Buffer.concat(chunks).toString("utf8")) as { data: { order_id: string; seq?: number; sent_at?: number; bench_fail?: boolean } };
+					if (data.bench_fail === true) return answer(500);
+					if (typeof data.sent_at === "number") samples.push([data.sent_at, arrived - data.sent_at]);
+					// A repeat of an earlier status is a repeat, not a status out of order.
+					if (typeof data.seq === "number" && !okIds.has(String(req.headers["webhook-id"]))) {
+						const key = `${endpoint}\u0000${data.order_id}`;
+						if ((lastSeq.get(key) ?? -Infinity) > data.seq) counts.outOfOrder += 1;
+						else lastSeq.set(key, data.seq);
+					}
+					answer(200);
+				} else if (kind === "ok") {
 					const body = Buffer.concat(chunks).toString("utf8");
 					const at = body.indexOf('"sent_at":');
 					if (at >= 0) {
@@ -80,7 +98,7 @@ function main(): void {
 		});
 	}
 	setInterval(() => {
-		const total = counts.ok + counts.repeats + counts.slow + counts.fail;
+		const total = counts.ok + counts.repeats + counts.slow + counts.fail + counts.outOfOrder;
 		if (total === reported) return;
 		reported = total;
 		process.send!({ type: "count", ...counts } satisfies ReceiverMessage);
