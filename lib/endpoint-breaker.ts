@@ -6,9 +6,17 @@
 //
 //   closed   no failure since the last success: the webhook's full concurrency.
 //   failing  the last attempt failed: one attempt at a time, until one succeeds.
-//   open     `openAfter` attempts in a row failed: nothing but one probe attempt every
-//            `probeEveryMs`; its deliveries wait in the database, due. A probe that succeeds
-//            closes the breaker and they drain at full speed.
+//   open     `openAfter` attempts in a row failed, and none succeeded for `quietMs`: nothing but
+//            one probe attempt every `probeEveryMs`; its deliveries wait in the database, due. A
+//            probe that succeeds closes the breaker and they drain at full speed.
+//
+// An endpoint that answers some deliveries and refuses others is not down: with ordering per
+// order, a receiver that keeps refusing a thousand orders (and their later statuses wait) failed
+// a thousand attempts in a row, and its breaker, open, probed only those, due longest, one a
+// second: the webhook's healthy orders waited for all of them (the ordering benchmark's bad
+// neighbour: not one healthy delivery in the run). So a success within `quietMs` keeps the breaker
+// from opening, and probes take turns between the row due longest and the one due last, which
+// is fresh traffic when there is any.
 //
 // Retries only wait longer than their schedule says while the endpoint fails; the schedule counts
 // attempts, not time, so no delivery loses an attempt to the breaker. Pure: no broker, no clock
@@ -19,18 +27,25 @@ export interface BreakerOptions {
 	openAfter: number;
 	/** While open, one probe attempt this often. */
 	probeEveryMs: number;
+	/** A success this recent keeps the breaker from opening. */
+	quietMs: number;
 }
 
 interface FailingEndpoint {
 	failures: number;
+	open: boolean;
 	/** While open: when the next probe may start. */
 	probeAt: number;
+	/** Probes made while open; odd ones take the row due last. */
+	probes: number;
 }
 
 export type BreakerChange = "opened" | "closed" | null;
 
 export class EndpointBreakers {
 	private readonly failing = new Map<string, FailingEndpoint>();
+	/** When each endpoint last answered a delivery with success, while that is within quietMs. */
+	private readonly succeededAt = new Map<string, number>();
 
 	constructor(private readonly options: BreakerOptions) {}
 
@@ -38,13 +53,26 @@ export class EndpointBreakers {
 	record(webhookId: string, success: boolean, now: number): BreakerChange {
 		const endpoint = this.failing.get(webhookId);
 		if (success) {
+			this.succeededAt.set(webhookId, now);
 			if (!endpoint) return null;
 			this.failing.delete(webhookId);
-			return this.isOpenEntry(endpoint) ? "closed" : null;
+			return endpoint.open ? "closed" : null;
 		}
+		const lastSuccess = this.succeededAt.get(webhookId);
+		const quiet = lastSuccess === undefined || now - lastSuccess >= this.options.quietMs;
+		if (quiet) this.succeededAt.delete(webhookId);
 		const failures = (endpoint?.failures ?? 0) + 1;
-		this.failing.set(webhookId, { failures, probeAt: now + this.options.probeEveryMs });
-		return failures === this.options.openAfter ? "opened" : null;
+		const open = endpoint?.open === true || (failures >= this.options.openAfter && quiet);
+		this.failing.set(webhookId, { failures, open, probeAt: now + this.options.probeEveryMs, probes: endpoint?.probes ?? 0 });
+		return open && endpoint?.open !== true ? "opened" : null;
+	}
+
+	/** For an open breaker's next probe: whether it takes the row due last rather than the one due longest. */
+	probeTakesNewest(webhookId: string): boolean {
+		const endpoint = this.failing.get(webhookId);
+		if (!endpoint) return false;
+		endpoint.probes += 1;
+		return endpoint.probes % 2 === 0;
 	}
 
 	/** How many attempts of the webhook may be in flight now. */
@@ -73,9 +101,10 @@ export class EndpointBreakers {
 	/** The webhook was removed, re-enabled or changed its URL: start from nothing. */
 	forget(webhookId: string): void {
 		this.failing.delete(webhookId);
+		this.succeededAt.delete(webhookId);
 	}
 
 	private isOpenEntry(endpoint: FailingEndpoint): boolean {
-		return endpoint.failures >= this.options.openAfter;
+		return endpoint.open;
 	}
 }

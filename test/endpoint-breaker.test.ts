@@ -8,7 +8,26 @@ import { testDatabases } from "./helpers/services";
 import { newCustomer, orderEvent, sleep, startDeliveryStack, verified, waitUntil, type DeliveryStack } from "./helpers/delivery-stack";
 
 describe("EndpointBreakers", () => {
-	const breakers = () => new EndpointBreakers({ openAfter: 3, probeEveryMs: 1_000 });
+	const breakers = () => new EndpointBreakers({ openAfter: 3, probeEveryMs: 1_000, quietMs: 5_000 });
+
+	it("does not open for an endpoint that answered some delivery within quietMs: it refuses some, it is not down", () => {
+		const b = breakers();
+		b.record("w", true, 0);
+		for (let i = 1; i <= 10; i++) expect(b.record("w", false, i * 100)).toBeNull();
+		// Failing, so one attempt at a time, but never only probes.
+		expect(b.isOpen("w")).toBe(false);
+		expect(b.attemptLimit("w", 8, 1_000)).toBe(1);
+		// Nothing succeeded for quietMs: the next failure opens it.
+		expect(b.record("w", false, 5_000)).toBe("opened");
+		expect(b.isOpen("w")).toBe(true);
+	});
+
+	it("takes turns for the probes: the row due longest, then the one due last", () => {
+		const b = breakers();
+		for (let i = 0; i < 3; i++) b.record("w", false, i);
+		expect([b.probeTakesNewest("w"), b.probeTakesNewest("w"), b.probeTakesNewest("w"), b.probeTakesNewest("w")]).toEqual([false, true, false, true]);
+		expect(b.probeTakesNewest("unknown")).toBe(false);
+	});
 
 	it("gives a healthy endpoint its full concurrency, a failing one a single attempt, and an open one nothing until its probe is due", () => {
 		const b = breakers();

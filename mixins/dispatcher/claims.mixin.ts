@@ -60,7 +60,7 @@ export const ClaimsMixin: DispatcherMixin = {
 					// endpoint that recovered is noticed, so it must not wait until the instance has room,
 					// nor behind other webhooks' rows.
 					for (const { webhookId, probeDue } of this.breakers.open(Date.now())) {
-						if (probeDue && !this.heldByWebhook.has(webhookId)) this.takeClaimed(await this.claimRowsOf(webhookId, 1));
+						if (probeDue && !this.heldByWebhook.has(webhookId)) this.takeClaimed(await this.claimRowsOf(webhookId, 1, this.breakers.probeTakesNewest(webhookId)));
 					}
 					await this.claimRefills();
 					if (!this.backlog) return;
@@ -245,19 +245,20 @@ export const ClaimsMixin: DispatcherMixin = {
 		/**
 		 * A webhook's oldest due rows, by its own index: a refill, or (limit 1) the probe of an
 		 * open breaker, the row due longest, so that never-attempted rows are not passed over by
-		 * retries. A statement of its own: within the main claim (a look-ahead sorted with every
-		 * webhook's rows), a probe took 20-86 ms on SQLite.
+		 * retries; every other probe takes the row due last instead (`newest`), fresh traffic when
+		 * there is any (lib/endpoint-breaker.ts says why). A statement of its own: within the main
+		 * claim (a look-ahead sorted with every webhook's rows), a probe took 20-86 ms on SQLite.
 		 */
-		async claimRowsOf(this: DispatcherThis, webhookId: string, limit: number): Promise<ClaimedBatch> {
+		async claimRowsOf(this: DispatcherThis, webhookId: string, limit: number, newest = false): Promise<ClaimedBatch> {
 			const timer = this.metrics.claims.startTimer({ kind: "webhook" });
 			try {
-				return await this.claimRowsOfWebhook(webhookId, limit);
+				return await this.claimRowsOfWebhook(webhookId, limit, newest);
 			} finally {
 				timer();
 			}
 		},
 
-		async claimRowsOfWebhook(this: DispatcherThis, webhookId: string, limit: number): Promise<ClaimedBatch> {
+		async claimRowsOfWebhook(this: DispatcherThis, webhookId: string, limit: number, newest = false): Promise<ClaimedBatch> {
 			const now = Date.now();
 			const leaseId = crypto.randomUUID();
 			const leaseExpiresAt = now + this.config.DELIVERY_LEASE;
@@ -266,7 +267,7 @@ export const ClaimsMixin: DispatcherMixin = {
 			const result = await this.db.raw(
 				`WITH chosen AS MATERIALIZED (
 					SELECT id FROM deliveries WHERE webhook_id = ? AND status = 'pending' AND next_attempt_at <= ?
-					ORDER BY next_attempt_at, id LIMIT ? ${skipLocked}
+					ORDER BY ${newest ? "next_attempt_at DESC, id DESC" : "next_attempt_at, id"} LIMIT ? ${skipLocked}
 				)
 				UPDATE deliveries SET lease_id = ?, next_attempt_at = ?
 				WHERE id IN (SELECT id FROM chosen)

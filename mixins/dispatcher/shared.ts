@@ -46,7 +46,7 @@ export const LEASE_SAFETY_MS = 2_000;
 export const PARKED_RECHECK_POLLS = 30;
 // An endpoint whose attempts failed this many times in a row gets one probe attempt a second
 // until one succeeds (lib/endpoint-breaker.ts); its deliveries wait in the database meanwhile.
-export const BREAKER = { openAfter: 5, probeEveryMs: 1_000 } as const;
+export const BREAKER = { openAfter: 5, probeEveryMs: 1_000, quietMs: 5_000 } as const;
 export const MAX_CLAIM_BATCH = 500;
 export const MAX_INTAKE_BATCH = 500;
 export const MAX_RESULT_BATCH = 500;
@@ -289,8 +289,8 @@ export type DispatcherThis = DbServiceThis & {
 	releaseDrained(seqBefore: number): boolean;
 	claimPass(): Promise<void>;
 	claimRefills(): Promise<void>;
-	claimRowsOf(webhookId: string, limit: number): Promise<ClaimedBatch>;
-	claimRowsOfWebhook(webhookId: string, limit: number): Promise<ClaimedBatch>;
+	claimRowsOf(webhookId: string, limit: number, newest?: boolean): Promise<ClaimedBatch>;
+	claimRowsOfWebhook(webhookId: string, limit: number, newest?: boolean): Promise<ClaimedBatch>;
 	withBodies(rows: ClaimedRow[], leaseId: string, leaseExpiresAt: number): Promise<LeasedDelivery[]>;
 	takeClaimed(batch: ClaimedBatch): ClaimedBatch;
 	claimSoon(): void;
