@@ -20,14 +20,15 @@
 // node and two dispatcher processes on PostgreSQL), bad neighbours (SQLite: the healthy
 // webhooks with and without one endpoint answering after 100 ms and one always answering 500,
 // whose retries are due all the time), backlog (open-loop bursts, cold and warm, small and
-// large, with millions of deliveries pending: bench/lib/backlog.ts), tracing (SQLite, one
+// large, with millions of deliveries pending: bench/lib/backlog.ts), ratelimit (one webhook limited
+// to 50/s beside the unlimited ones, with it and without it: bench/lib/rate-limit.ts), tracing (SQLite, one
 // node: throughput with OpenTelemetry traces on, every trace sampled and exported to a local
 // OTLP/HTTP sink, against tracing off, TRACING_ROUNDS rounds of each taking turns), and ordering
-// (what ordering per order costs, on receivers of its own: bench/lib/ordering.ts; a run of it
-// alone measures no floor).
+// (what ordering per order costs, on receivers of its own: bench/lib/ordering.ts). A run of
+// ordering or ratelimit alone measures no floor.
 //
-// BENCH_SCENARIOS=sqlite,postgresql,cluster,neighbours,backlog,tracing,ordering picks scenarios (all but
-// tracing by default); BENCH_PROFILE_DIR=<dir>
+// BENCH_SCENARIOS=sqlite,postgresql,cluster,neighbours,backlog,tracing,ordering,ratelimit picks scenarios
+// (all but tracing and ratelimit by default); BENCH_PROFILE_DIR=<dir>
 // runs the service nodes with --cpu-prof into that folder; BENCH_SAMPLES_FILE=<file> appends each
 // latency round's samples ([sent at, ms], monotonic clock) as a JSON line; BENCH_OFFERED fixes the
 // latency load (deliveries/s); BENCH_SERVICE_ENV adds settings to every service node (JSON).
@@ -50,6 +51,7 @@ import { monotonicMs, type ReceiverReady } from "./lib/receiver";
 import { Receivers } from "./lib/receivers";
 import { againstFloor, backlogScenario, type BacklogDeployment, type BacklogHarness } from "./lib/backlog";
 import { orderingScenario } from "./lib/ordering";
+import { rateLimitScenario } from "./lib/rate-limit";
 import { concurrentLoops, floorBody, keyOf, signedPost, type SignedTarget } from "./lib/signed-post";
 import { machineCoresBetween, mean, percentile, readMachine, round } from "./lib/stats";
 
@@ -71,8 +73,8 @@ const GOALS = { throughput_ratio: 0.5, throughput_ratio_stretch: 0.8, p99_vs_rel
 const NATS_URL = process.env.BENCH_NATS_URL ?? "nats://127.0.0.1:4222";
 const DATABASE_URL = process.env.BENCH_DATABASE_URL ?? "postgres://postgres@127.0.0.1:5432/test";
 const SCENARIOS = (process.env.BENCH_SCENARIOS ?? "sqlite,postgresql,cluster,neighbours,backlog,ordering").split(",");
-// The ordering scenario's figures are ratios within itself: run alone, it needs no floor.
-const NEEDS_FLOOR = SCENARIOS.some(scenario => scenario !== "ordering");
+// The ordering and ratelimit scenarios' figures are ratios within themselves: run alone, they need no floor.
+const NEEDS_FLOOR = SCENARIOS.some(scenario => scenario !== "ordering" && scenario !== "ratelimit");
 const PROFILE_DIR = process.env.BENCH_PROFILE_DIR;
 const SAMPLES_FILE = process.env.BENCH_SAMPLES_FILE;
 // The latency load in deliveries per second, instead of half the measured throughput: an A/B of
@@ -566,6 +568,10 @@ export async function run(): Promise<object> {
 				results.backlog = await backlogScenario(harness, healthyUrls);
 			} else if (scenario === "ordering") {
 				results.ordering = await orderingScenario({ key, cert, deploy: options => deploy({ ...options, healthyUrls: [], caFile }), probe: probeAll });
+			} else if (scenario === "ratelimit") {
+				const receiverEnv = { RECEIVER_KEY: key, RECEIVER_CERT: cert };
+				const closedLoop = (deployment: Deployment, events: number) => throughput(deployment, receivers, events);
+				results.ratelimit = await rateLimitScenario({ receivers, receiverEnv, deploy: options => deploy({ ...options, caFile }), closedLoop, orderEvent }, healthyUrls);
 			} else {
 				throw new Error(`unknown scenario ${scenario}`);
 			}
