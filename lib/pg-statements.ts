@@ -53,11 +53,13 @@ export async function runPrepared<Row>(db: Knex, statement: PreparedStatement, v
 
 /**
  * `unnest($first::type[], ...) AS alias(column, ...)`: a set of rows from one array per column,
- * e.g. `unnestColumns([["id", "text"], ["attempt", "integer"]], 1, "v")`.
+ * e.g. `unnestColumns([["id", "text"], ["attempt", "integer"]], 1, "v")`; with `ordinality`, a
+ * last column of that name numbers the rows from 1, in the arrays' order.
  */
-export function unnestColumns(columns: ReadonlyArray<readonly [name: string, type: string, ...rest: unknown[]]>, first: number, alias: string): string {
+export function unnestColumns(columns: ReadonlyArray<readonly [name: string, type: string, ...rest: unknown[]]>, first: number, alias: string, ordinality?: string): string {
 	const arrays = columns.map(([, type], i) => `$${first + i}::${type}[]`).join(", ");
-	return `unnest(${arrays}) AS ${alias}(${columns.map(([name]) => name).join(", ")})`;
+	const names = [...columns.map(([name]) => name), ...(ordinality ? [ordinality] : [])];
+	return `unnest(${arrays})${ordinality ? " WITH ORDINALITY" : ""} AS ${alias}(${names.join(", ")})`;
 }
 
 /** The values for unnestColumns: one array per column, in the same order. */
