@@ -16,6 +16,7 @@ import type { RoleProcess } from "./helpers/role-process";
 import { DirectedPublisher, ORDERING_CUSTOMER, orderFigures, plannedOrders, sendOrders, waitForEveryStatus } from "./helpers/ordering-cluster";
 import type { ReceivedRequest } from "./helpers/https-receiver";
 import type { TaskingOrderStatusInput } from "../lib/schemas/events";
+import { busiestSecond } from "../bench/lib/stats";
 
 const LIMIT = 50;
 const EVENTS = 300;
@@ -27,15 +28,7 @@ const WARM_UP_EVENTS = 100;
 const sleep = (ms: number) => new Promise(resolve => setTimeout(resolve, Math.max(0, ms)));
 
 /** The most requests within any one second (a half-open window starting at a request). */
-function busiestSecond(requests: ReceivedRequest[]): number {
-	const times = requests.map(request => request.receivedAt.getTime()).sort((a, b) => a - b);
-	let most = 0;
-	for (let start = 0, end = 0; start < times.length; start += 1) {
-		while (end < times.length && times[end] < times[start] + 1_000) end += 1;
-		most = Math.max(most, end - start);
-	}
-	return most;
-}
+const busiestSecondOf = (requests: ReceivedRequest[]) => busiestSecond(requests.map(request => request.receivedAt.getTime()));
 
 /**
  * When the instances started each attempt of the webhook (delivery_attempts.attempted_at, by the
@@ -163,7 +156,7 @@ describeCluster("cluster rate limit", () => {
 
 			const received = c.received(limited);
 			const figures = c.deliveryFigures([limited, unlimited], events);
-			const busiest = busiestSecond(received);
+			const busiest = busiestSecondOf(received);
 			const span = spanSeconds(received, LIMIT);
 			const limitedAfterSplit = atEnd.map((end, index) => end.succeeded - atSplit[index].succeeded);
 			const sendTimes = await sendTimesOf(c, limited);
@@ -172,12 +165,12 @@ describeCluster("cluster rate limit", () => {
 				events: EVENTS,
 				busiest_second: busiest,
 				bound: Math.floor(LIMIT * 1.1),
-				busiest_second_by_send_times: busiestSecond(sendTimes),
+				busiest_second_by_send_times: busiestSecondOf(sendTimes),
 				slowest_transit_ms: slowestTransit(received, sendTimes),
 				limited_span_s: Number(span.toFixed(2)),
 				ideal_s: EVENTS / LIMIT,
 				span_over_ideal: Number((span / (EVENTS / LIMIT)).toFixed(3)),
-				unlimited_busiest_second: busiestSecond(c.received(unlimited)),
+				unlimited_busiest_second: busiestSecondOf(c.received(unlimited)),
 				publish_ms: publishedAt - startedAt,
 				unlimited_done_ms: unlimitedDoneAt - startedAt,
 				limited_sent_before_split: limitedBeforeSplit,
@@ -234,7 +227,7 @@ describeCluster("cluster rate limit", () => {
 
 			const received = c.received(webhook);
 			const figures = orderFigures(c, webhook, orders);
-			const busiest = busiestSecond(received);
+			const busiest = busiestSecondOf(received);
 			const span = spanSeconds(received, ORDERED_LIMIT);
 			printFigures("rate limit: ordering per order", {
 				limit: ORDERED_LIMIT,

@@ -8,20 +8,11 @@ import crypto from "node:crypto";
 import { testDatabases } from "./helpers/services";
 import { attemptsMadeBy, startDeliveryStack, waitUntil, type DeliveryStack } from "./helpers/delivery-stack";
 import { ClockOffset, RateSlots, SLOT_GRACE_MS, slotsToReserve } from "../lib/rate-slots";
+import { busiestSecond } from "../bench/lib/stats";
 
 const LIMIT = 20;
 const EVENTS = 100;
 
-/** The most times within any one second (a half-open window starting at one of them). */
-function busiestSecond(times: number[]): number {
-	const sorted = [...times].sort((a, b) => a - b);
-	let most = 0;
-	for (let start = 0, end = 0; start < sorted.length; start += 1) {
-		while (end < sorted.length && sorted[end] < sorted[start] + 1_000) end += 1;
-		most = Math.max(most, end - start);
-	}
-	return most;
-}
 
 describe.each(testDatabases())("a rate-limited webhook with one dispatcher on %s", database => {
 	let delivery: DeliveryStack;

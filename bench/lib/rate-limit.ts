@@ -26,7 +26,7 @@ import type { BacklogDeployment } from "./backlog";
 import { startChild } from "./child";
 import { monotonicMs, type ReceiverReady } from "./receiver";
 import { Receivers } from "./receivers";
-import { mean, round } from "./stats";
+import { busiestSecond, mean, round } from "./stats";
 
 const EVENTS = Number(process.env.BENCH_RATELIMIT_EVENTS ?? 500);
 const LIMIT = Number(process.env.BENCH_RATELIMIT_LIMIT ?? 50);
@@ -85,17 +85,6 @@ interface BurstFigures {
 
 const sleep = (ms: number) => new Promise(resolve => setTimeout(resolve, ms));
 const within = (wait: Promise<void>, ms: number) => Promise.race([wait.then(() => true), sleep(ms).then(() => false)]);
-
-/** The most arrivals within any one second (a half-open window starting at an arrival). */
-export function busiestSecond(arrivals: number[]): number {
-	const times = [...arrivals].sort((a, b) => a - b);
-	let most = 0;
-	for (let start = 0, end = 0; start < times.length; start += 1) {
-		while (end < times.length && times[end] < times[start] + 1_000) end += 1;
-		most = Math.max(most, end - start);
-	}
-	return most;
-}
 
 /** Sets the limit as PATCH /webhooks/{id} does, on the webhook at `url`. */
 async function limitWebhook(deployment: RateLimitDeployment, url: string, limit: number): Promise<string> {

@@ -55,3 +55,14 @@ export function readMachine(): MachineReading {
 export function machineCoresBetween(from: MachineReading, to: MachineReading): number {
 	return round((to.busyMs - from.busyMs) / (to.atMs - from.atMs));
 }
+
+/** The most of `times` (epoch or monotonic ms) within any one second: a half-open window starting at one of them. */
+export function busiestSecond(times: readonly number[]): number {
+	const sorted = [...times].sort((a, b) => a - b);
+	let most = 0;
+	for (let start = 0, end = 0; start < sorted.length; start += 1) {
+		while (end < sorted.length && sorted[end] < sorted[start] + 1_000) end += 1;
+		most = Math.max(most, end - start);
+	}
+	return most;
+}
