@@ -15,8 +15,8 @@
 // a thousand attempts in a row, and its breaker, open, probed only those, due longest, one a
 // second: the webhook's healthy orders waited for all of them (the ordering benchmark's bad
 // neighbour: not one healthy delivery in the run). So a success within `quietMs` keeps the breaker
-// from opening, and probes take turns between the row due longest and the one due last, which
-// is fresh traffic when there is any.
+// from opening, and probes take turns between the row due longest and the never-attempted one due
+// last, which is fresh traffic when there is any.
 //
 // Retries only wait longer than their schedule says while the endpoint fails; the schedule counts
 // attempts, not time, so no delivery loses an attempt to the breaker. Pure: no broker, no clock
