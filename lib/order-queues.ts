@@ -12,6 +12,25 @@ export const ORDER_HEAD_PREDICATE = "status = 'pending' AND NOT waiting AND orde
 /** The same, for a table named `alias` in a query. */
 export const orderHeadPredicate = (alias: string) => `${alias}.status = 'pending' AND NOT ${alias}.waiting AND ${alias}.order_key IS NOT NULL`;
 
+/** A webhook's queue of one order. */
+export interface OrderQueue {
+	webhookId: string;
+	orderKey: string;
+}
+
+/** One map key per queue (ids never hold NUL). */
+export const queueKey = (webhookId: string, orderKey: string) => `${webhookId}\u0000${orderKey}`;
+
+/** Each queue once, in the order first met. */
+export function distinctQueues(queues: Iterable<OrderQueue>): OrderQueue[] {
+	const byKey = new Map<string, OrderQueue>();
+	for (const queue of queues) {
+		const key = queueKey(queue.webhookId, queue.orderKey);
+		if (!byKey.has(key)) byKey.set(key, queue);
+	}
+	return [...byKey.values()];
+}
+
 /** The queue a delivery joins: the order's id for a webhook ordered per order, none otherwise. */
 export function orderKeyFor(ordering: WebhookOrdering | undefined, orderId: string | null): string | null {
 	return orderId !== null && ordering !== "none" ? orderId : null;

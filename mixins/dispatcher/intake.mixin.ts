@@ -24,8 +24,8 @@ import { columnArrays, runPrepared, unnestColumns, type PreparedStatement } from
 import { TASKING_ORDER_STATUS_EVENT, TASKING_ORDER_STATUS_TOPIC, TaskingOrderStatusEvent, withEventId } from "../../lib/schemas/events";
 import { WEBHOOK_EVENTS, type Subscriber } from "../../lib/schemas/webhooks";
 import { orderStatusMessage, type PublishResult } from "../../lib/schemas/deliveries";
-import { ORDER_HEAD_PREDICATE, inOccurrenceOrder, orderKeyFor } from "../../lib/order-queues";
-import { promoteNextSqlite, type OrderQueue } from "./order-queues.mixin";
+import { ORDER_HEAD_PREDICATE, distinctQueues, inOccurrenceOrder, orderKeyFor, type OrderQueue } from "../../lib/order-queues";
+import { promoteNextSqlite } from "./order-queues.mixin";
 import {
 	REJECTED_EXCERPT_CHARS,
 	ROWS_PER_STATEMENT,
@@ -125,9 +125,9 @@ const INSERT_EVENTS_POSTGRES: PreparedStatement = {
 
 /** The order queues of the deliveries written as waiting. */
 function queuesOf(rows: NewDeliveryRow[], waiting: Set<string>): OrderQueue[] {
-	const queues = new Map<string, OrderQueue>();
-	for (const row of rows) if (waiting.has(row.id) && row.order_key !== null) queues.set(`${row.webhook_id}\u0000${row.order_key}`, { webhookId: row.webhook_id, orderKey: row.order_key });
-	return [...queues.values()];
+	const queued: OrderQueue[] = [];
+	for (const row of rows) if (waiting.has(row.id) && row.order_key !== null) queued.push({ webhookId: row.webhook_id, orderKey: row.order_key });
+	return distinctQueues(queued);
 }
 
 /** PostgreSQL text cannot hold NUL characters, and a rejected payload may contain anything. */

@@ -15,27 +15,22 @@ import type { Context } from "moleculer";
 import { isPostgres, nowIso } from "../db.mixin";
 import { inSqliteTransaction, type SqliteConnection } from "../../lib/sqlite-statements";
 import { runPrepared, unnestColumns, type PreparedStatement } from "../../lib/pg-statements";
-import { ORDER_HEAD_PREDICATE, orderHeadPredicate } from "../../lib/order-queues";
+import { ORDER_HEAD_PREDICATE, distinctQueues, orderHeadPredicate, queueKey, type OrderQueue } from "../../lib/order-queues";
 import { WEBHOOK_EVENTS, type WebhookChangedEvent } from "../../lib/schemas/webhooks";
 import type { DeliveryRow, DeliveryUpdate, DispatcherMixin, DispatcherThis } from "./shared";
 
-/** A webhook's queue of one order. */
-export interface OrderQueue {
-	webhookId: string;
-	orderKey: string;
-}
+export type { OrderQueue };
 
 // Waiting rows looked at per sweep for a queue without a head; the next sweep takes the rest.
 const SWEEP_LIMIT = 500;
 
 /** The queues whose head a batch of results ended: the deliveries written that were ordered and are now final. */
 export function endedQueues(updates: DeliveryUpdate[], matched: Set<string>): OrderQueue[] {
-	const queues = new Map<string, OrderQueue>();
+	const ended: OrderQueue[] = [];
 	for (const { delivery, status } of updates) {
-		if (status === "pending" || delivery.orderKey === null || !matched.has(delivery.id)) continue;
-		queues.set(`${delivery.webhookId}\u0000${delivery.orderKey}`, { webhookId: delivery.webhookId, orderKey: delivery.orderKey });
+		if (status !== "pending" && delivery.orderKey !== null && matched.has(delivery.id)) ended.push({ webhookId: delivery.webhookId, orderKey: delivery.orderKey });
 	}
-	return [...queues.values()];
+	return distinctQueues(ended);
 }
 
 /** Whether a batch may end a head, so that its write must promote in the same transaction. */
@@ -191,12 +186,12 @@ export const OrderQueuesMixin: DispatcherMixin = {
 				.select("id", "webhook_id", "order_key")
 				.whereIn(
 					["webhook_id", "order_key"],
-					[...new Map(waiting.map(row => [`${row.webhook_id}\u0000${row.order_key}`, [row.webhook_id, row.order_key!]])).values()],
+					distinctQueues(waiting.map(row => ({ webhookId: row.webhook_id, orderKey: row.order_key! }))).map(queue => [queue.webhookId, queue.orderKey]),
 				)
 				.andWhereRaw(ORDER_HEAD_PREDICATE);
-			const headOf = new Map(heads.map(head => [`${head.webhook_id}\u0000${head.order_key}`, head.id]));
+			const headOf = new Map(heads.map(head => [queueKey(head.webhook_id, head.order_key), head.id]));
 			for (const row of waiting) {
-				const head = headOf.get(`${row.webhook_id}\u0000${row.order_key}`);
+				const head = headOf.get(queueKey(row.webhook_id, row.order_key!));
 				if (head) waitsFor.set(row.id, head);
 			}
 			return waitsFor;
