@@ -178,9 +178,13 @@ class CrashCluster {
 		return eventIds;
 	}
 
-	/** Resolves once every email of these events is sent (never, if that takes over `boundMs`). */
-	async allSent(eventIds: string[], boundMs: number): Promise<void> {
-		for (const deadline = Date.now() + boundMs; Date.now() < deadline; await sleep(100)) {
+	/**
+	 * Resolves once every email of these events is sent (never, if that takes over `boundMs`).
+	 * Stops asking once `settled` is aborted: a question still on its way to a killed notifier
+	 * when the cluster stops holds the broker's stop for its whole shutdown timeout (10 s).
+	 */
+	async allSent(eventIds: string[], boundMs: number, settled: AbortSignal): Promise<void> {
+		for (const deadline = Date.now() + boundMs; Date.now() < deadline && !settled.aborted; await sleep(100)) {
 			// The outbox is the live notifier's: an unanswered question is "not yet".
 			const entries = (await this.outbox().catch(() => [] as OutboxEntry[])).filter(entry => eventIds.includes(entry.event_id ?? ""));
 			if (entries.length === eventIds.length && entries.every(entry => entry.status === "sent")) return;
@@ -262,13 +266,15 @@ describeWithNats.each(testDatabases())("notifier crash safety on %s", (database:
 				// A restarted notifier may already have sent everything that was left: then there is
 				// nothing more to interrupt (whether every email arrived is checked below), and the
 				// loop ends as soon as the outbox says so rather than after the 15 s wait for a send.
+				const raced = new AbortController();
 				const sending = await Promise.race([
 					cluster.smtp.waitForDataInProgress(15_000).then(
 						() => true,
 						() => false,
 					),
-					cluster.allSent(eventIds, 15_000).then(() => false),
+					cluster.allSent(eventIds, 15_000, raced.signal).then(() => false),
 				]);
+				raced.abort();
 				if (!sending) break;
 				// Sometimes while the server still holds the message, sometimes just after its 250:
 				// both sides of the only window in which a resend duplicates.
