@@ -113,13 +113,15 @@ describe("the README's quick start", () => {
 
 		await listen.waitForOutput(/Z {2}verified {2}tasking:order_status {2}msg_\S+\n\{\n {2}"order_id": "o-1",\n {2}"status": "fulfilled"/, 60_000);
 
+		// Each `ls` is read once it has ended: read as soon as it started, its output was always
+		// still empty, and the loop ran all its tries (33 s) before the last one was read.
 		let mail = terminal(steps.mail);
+		await mail.exited;
 		for (let tries = 0; tries < 300 && !/\.eml$/m.test(mail.output); tries++) {
-			await mail.exited;
 			await new Promise(resolve => setTimeout(resolve, 100));
 			mail = terminal(steps.mail);
+			await mail.exited;
 		}
-		await mail.exited;
 		const [file] = mail.output.match(/^\S+\.eml$/m) ?? [];
 		expect(file).toBeDefined();
 		const email = fs.readFileSync(path.join(clone, "data", "mail", file!), "utf8");
