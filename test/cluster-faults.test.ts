@@ -270,7 +270,10 @@ describeCluster("cluster faults", () => {
 				seen.add(id);
 				return { status: 500, body: "try later" };
 			});
-			const batch = events(20, "f7");
+			// Past BREAKER.openAfter (5) failures the breaker lets one attempt a second through, so the
+			// last first attempts come after the first retries are due (3 s): those must still wait
+			// behind them. 12, not more: each one past the breaker's opening is a second.
+			const batch = events(12, "f7");
 			const sent = await c.send(batch);
 			// Every first attempt failed and was recorded with its retry time; then the dispatcher dies.
 			type Row = { id: string; attempt_count: number; next_attempt_at: string | null; lease_id: string | null; status: string };
