@@ -252,4 +252,20 @@ export const dispatcherMigrations: Migration[] = [
 			await db.schema.dropTable("webhook_rate_slots");
 		},
 	},
+	{
+		// Recover reads a webhook's failed deliveries by time, and only those: the index of every
+		// delivery by (webhook, status, time) took a new entry at each of a delivery's three writes
+		// (intake, lease, result), since status and next_attempt_at keep every update from being
+		// HOT. Kept to failed rows, it is written once per failed delivery. Replaying those writes
+		// for 100,000 deliveries cost PostgreSQL 10 % less time without it (7.2 s against 6.5 s).
+		name: "011_failed_deliveries_index",
+		async up(db) {
+			await db.raw("CREATE INDEX deliveries_failed_idx ON deliveries (webhook_id, created_at) WHERE status = 'failed'");
+			await db.raw("DROP INDEX deliveries_webhook_status_idx");
+		},
+		async down(db) {
+			await db.schema.alterTable("deliveries", table => table.index(["webhook_id", "status", "created_at"], "deliveries_webhook_status_idx"));
+			await db.raw("DROP INDEX deliveries_failed_idx");
+		},
+	},
 ];
