@@ -103,6 +103,7 @@ const DispatcherService: ServiceSchema<ServiceSettingSchema, DispatcherThis> = {
 		this.backlog = true;
 		this.waitingWebhooks = new Set();
 		this.refills = new Set();
+		this.shortRefills = new Set();
 		this.scanFrom = null;
 		this.claimSeq = 0;
 		this.requestedAt = 0;

@@ -70,7 +70,16 @@ export const ClaimsMixin: DispatcherMixin = {
 					const seqBefore = this.claimSeq;
 					const startedAt = Date.now();
 					const dueSince = this.scanFrom;
+					const waitingBefore = new Set(this.waitingWebhooks);
 					const { leased, filledWebhooks } = this.takeClaimed(await this.claimBatch(limit, dueSince));
+					// Every row it took is of a webhook whose pile its refills take by its own index: the
+					// next claim of all due rows would read past those piles again to find little else.
+					// It waits for the poll. Each delivery that finished during a burst of 100,000 ran one,
+					// and the cluster's PostgreSQL read 470-490 rows per delivery (210 on one node).
+					if (leased.length > 0 && this.requestedAt <= seqBefore && leased.every(delivery => waitingBefore.has(delivery.webhookId))) {
+						this.backlog = false;
+						return;
+					}
 					// Fewer than asked, and no webhook stopped at its share: nothing else is due (for
 					// now: the webhooks at their share are refilled as they free up).
 					if (leased.length === 0 || (leased.length < limit && filledWebhooks.length === 0)) {
@@ -120,12 +129,11 @@ export const ClaimsMixin: DispatcherMixin = {
 			for (const webhookId of asked) {
 				if (!this.waitingWebhooks.has(webhookId) || this.breakers.isOpen(webhookId)) continue;
 				const shareLeft = this.webhookShare() - (this.heldByWebhook.get(webhookId) ?? 0);
-				if (this.roomLeft() < shareLeft) {
-					// The instance is nearly full: what this refill cannot take, the claim of all due
-					// rows takes once there is room (the webhook may not cross half its share again).
-					this.backlog = true;
-					this.scanFrom = null;
-				}
+				// The instance is nearly full: what this refill cannot take, another takes once there is
+				// room (roomFreed), as the webhook may not cross half its share again. It used to be left
+				// to the claim of all due rows, which reads past every other webhook's pile: in a burst of
+				// 100,000 the cluster's PostgreSQL read 490 rows per delivery, and 210 on one node.
+				if (this.roomLeft() < shareLeft) this.shortRefills.add(webhookId);
 				const room = Math.min(shareLeft, this.roomLeft(), MAX_CLAIM_BATCH);
 				if (room <= 0) continue;
 				const seqBefore = this.claimSeq;
@@ -326,6 +334,14 @@ export const ClaimsMixin: DispatcherMixin = {
 			this.requestedAt = this.claimSeq;
 			this.backlog = true;
 			this.scanFrom = null;
+		},
+
+		/** A delivery finished: refills cut short for room go again once half the instance's room is free. */
+		roomFreed(this: DispatcherThis): void {
+			if (this.shortRefills.size === 0 || this.roomLeft() < this.config.DELIVERY_CONCURRENCY / 2) return;
+			for (const webhookId of this.shortRefills) this.refills.add(webhookId);
+			this.shortRefills.clear();
+			this.claimSoon();
 		},
 
 		/** A waiting webhook has half its share free: claim its own rows, not all due rows. */

@@ -212,6 +212,7 @@ export const ResultsMixin: DispatcherMixin = {
 			this.releaseHold(delivery.webhookId);
 			// Claim in batches (not one row per finished delivery), early enough to keep every slot busy.
 			if (this.backlog && this.roomLeft() >= this.config.DELIVERY_CONCURRENCY / 2) this.claimSoon();
+			this.roomFreed();
 			const write = async () => {
 				for (let attempt = 1; ; attempt += 1) {
 					try {

@@ -241,6 +241,8 @@ export type DispatcherThis = DbServiceThis & {
 	scanFrom: number | null;
 	/** Waiting webhooks with half their share free, to be claimed for by their own rows (claimRefills). */
 	refills: Set<string>;
+	/** Waiting webhooks whose refill the instance had no room for: refilled once it has (roomFreed). */
+	shortRefills: Set<string>;
 	pollTimer: NodeJS.Timeout | null;
 	polls: number;
 	metrics: {
@@ -297,6 +299,7 @@ export type DispatcherThis = DbServiceThis & {
 	requestClaim(): void;
 	markBacklog(): void;
 	requestRefill(webhookId: string): void;
+	roomFreed(): void;
 	leftRowsSince(webhookId: string, seq: number): boolean;
 	stopWaiting(webhookId: string): void;
 	schedulePoll(): void;
