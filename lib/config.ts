@@ -12,13 +12,16 @@ import { parseDuration, parseDurationList } from "./durations";
 import { senderDomain } from "./email-message";
 import { MAIL_TO_FILES } from "./mail-transport";
 
-const duration = (fallback: string) =>
+/** A duration, e.g. "15s"; `range` bounds it, written as durations too ({ min: "1s", max: "5m" }). */
+const duration = (fallback: string, range?: { min: string; max: string }) =>
 	z
 		.string()
 		.default(fallback)
 		.transform((text, ctx) => {
 			try {
-				return parseDuration(text);
+				const millis = parseDuration(text);
+				if (range && (millis < parseDuration(range.min) || millis > parseDuration(range.max))) throw new Error(`"${text}" is not from ${range.min} to ${range.max}`);
+				return millis;
 			} catch (err) {
 				ctx.addIssue({ code: "custom", message: (err as Error).message });
 				return z.NEVER;
@@ -242,6 +245,11 @@ export const EnvSchema = z.object({
 	DELIVERY_POLL_INTERVAL: duration("1s"),
 	DELIVERY_LEASE: duration("60s"),
 	SECRET_ROTATION_GRACE: duration("24h"),
+
+	// How long one read of the backlog (pending deliveries, the email outbox) answers every scrape
+	// and REPL call. Counting millions of pending rows is a large index scan, worth doing less
+	// often; figures fresher than a second buy nothing, and minutes old they delay the alerts.
+	BACKLOG_REFRESH: duration("5s", { min: "1s", max: "5m" }),
 
 	// Endpoint lifecycle (issue 11): auto-disable of dead endpoints and pruning of old data.
 	WEBHOOK_DISABLE_AFTER: duration("5d"),

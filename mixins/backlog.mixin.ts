@@ -1,8 +1,8 @@
 // Backlog views for operators and pagers, one mixin per owning service: `dispatcher.backlog`
 // (pending deliveries, the oldest due one) and `notifier.backlog` (the email outbox by status,
 // the oldest pending email). Each also publishes the figures as Prometheus gauges read at scrape
-// time. One read answers every caller for BACKLOG_CACHE_MS, so scrapers and REPL users together
-// cost at most a few indexed queries per interval, whatever the table sizes.
+// time. One read answers every caller for BACKLOG_REFRESH (lib/config.ts), so scrapers and REPL
+// users together cost at most a few indexed queries per interval, whatever the table sizes.
 import type { Context, Service, ServiceSchema, ServiceSettingSchema } from "moleculer";
 import type { Gauge } from "prom-client";
 import type { Knex } from "knex";
@@ -10,8 +10,8 @@ import { z } from "zod";
 import { zodParams } from "./validation";
 import { nowIso } from "./db.mixin";
 import { gaugeReadAtScrape } from "../lib/metrics";
+import type { AppConfig } from "../lib/config";
 
-const BACKLOG_CACHE_MS = 5_000;
 const NoParams = z.object({}).strict();
 
 export interface DeliveryBacklog {
@@ -35,7 +35,7 @@ export interface EmailBacklog {
 	checked_at: string;
 }
 
-type BacklogThis<T> = Service & { db: Knex; backlogCache?: { at: number; value: Promise<T> } };
+type BacklogThis<T> = Service & { db: Knex; config: AppConfig; backlogCache?: { at: number; value: Promise<T> } };
 /** A backlog mixin's `this`: `readBacklog` feeds both its action and its gauges. */
 type BacklogReaderThis<Counts, Backlog> = BacklogThis<Counts> & { readBacklog(): Promise<Backlog> };
 
@@ -48,10 +48,10 @@ const ageSeconds = (since: string | null) => (since ? Math.max(0, (Date.now() - 
 const withDeliveryAge = (counts: DeliveryCounts): DeliveryBacklog => ({ ...counts, oldest_due_age_seconds: ageSeconds(counts.oldest_due_at) });
 const withEmailAge = (counts: EmailCounts): EmailBacklog => ({ ...counts, oldest_pending_age_seconds: ageSeconds(counts.oldest_pending_at) });
 
-/** One cached read shared by every caller within BACKLOG_CACHE_MS; a failed read is not kept. */
+/** One cached read shared by every caller within BACKLOG_REFRESH; a failed read is not kept. */
 function cachedRead<T>(service: BacklogThis<T>, read: () => Promise<T>): Promise<T> {
 	const now = Date.now();
-	if (service.backlogCache && now - service.backlogCache.at < BACKLOG_CACHE_MS) return service.backlogCache.value;
+	if (service.backlogCache && now - service.backlogCache.at < service.config.BACKLOG_REFRESH) return service.backlogCache.value;
 	const value = read();
 	service.backlogCache = { at: now, value };
 	value.catch(() => {
@@ -111,7 +111,7 @@ async function readEmailBacklog(db: Knex): Promise<EmailCounts> {
 
 const dispatcherBacklog: Partial<ServiceSchema<ServiceSettingSchema, BacklogReaderThis<DeliveryCounts, DeliveryBacklog>>> = {
 	actions: {
-		/** Pending deliveries and the oldest due one (cached for a few seconds). */
+		/** Pending deliveries and the oldest due one (cached for BACKLOG_REFRESH). */
 		backlog: {
 			params: zodParams(NoParams),
 			handler(this: BacklogReaderThis<DeliveryCounts, DeliveryBacklog>, _ctx: Context): Promise<DeliveryBacklog> {
@@ -136,7 +136,7 @@ const dispatcherBacklog: Partial<ServiceSchema<ServiceSettingSchema, BacklogRead
 
 const notifierBacklog: Partial<ServiceSchema<ServiceSettingSchema, BacklogReaderThis<EmailCounts, EmailBacklog>>> = {
 	actions: {
-		/** The email outbox by status and the oldest pending email (cached for a few seconds). */
+		/** The email outbox by status and the oldest pending email (cached for BACKLOG_REFRESH). */
 		backlog: {
 			params: zodParams(NoParams),
 			handler(this: BacklogReaderThis<EmailCounts, EmailBacklog>, _ctx: Context): Promise<EmailBacklog> {

@@ -96,6 +96,7 @@ describe("configuration", () => {
 		["DELIVERY_SENDER_THREADS", "17"],
 		["DELIVERY_SENDER_THREADS", "1.5"],
 		["STARTUP_CONNECT_TIMEOUT", "30"],
+		["BACKLOG_REFRESH", "0s"],
 		["RATE_LIMIT_PER_ADDRESS_PER_MINUTE", "many"],
 	])("refuses %s=%s, naming the variable", (name, value) => {
 		expect(configError({ [name]: value, DATA_DIR: newDataDir() })).toMatch(new RegExp(`^\\s*${name}: `, "m"));
@@ -242,6 +243,16 @@ describe("configuration", () => {
 		expect(configError({ AUTH_REQUIRE_CUSTOMER_CLAIM: "yes", DATA_DIR: dataDir })).toMatch(/AUTH_REQUIRE_CUSTOMER_CLAIM: must be true or false/);
 		expect(configError({ AUTH_MAX_TOKEN_AGE: "24", DATA_DIR: dataDir })).toMatch(/AUTH_MAX_TOKEN_AGE: "24" has no unit/);
 		expect(configError({ HTTP_CONNECTIONS_PER_ADDRESS: "-1", DATA_DIR: dataDir })).toMatch(/HTTP_CONNECTIONS_PER_ADDRESS/);
+	});
+
+	it("reads the backlog at most every 5 s unless told otherwise, from 1 s to 5 min", () => {
+		expect(parseConfig({}).BACKLOG_REFRESH).toBe(5_000);
+		expect(parseConfig({ BACKLOG_REFRESH: "1s" }).BACKLOG_REFRESH).toBe(1_000);
+		expect(parseConfig({ BACKLOG_REFRESH: "5m" }).BACKLOG_REFRESH).toBe(300_000);
+		const dataDir = newDataDir();
+		expect(configError({ BACKLOG_REFRESH: "500ms", DATA_DIR: dataDir })).toMatch(/^ {2}BACKLOG_REFRESH: "500ms" is not from 1s to 5m$/m);
+		expect(configError({ BACKLOG_REFRESH: "1h", DATA_DIR: dataDir })).toMatch(/^ {2}BACKLOG_REFRESH: "1h" is not from 1s to 5m$/m);
+		expect(configError({ BACKLOG_REFRESH: "30", DATA_DIR: dataDir })).toMatch(/^ {2}BACKLOG_REFRESH: "30" has no unit/m);
 	});
 
 	it("is documented in full: the table of docs/configuration.md lists exactly the variables the service reads", () => {

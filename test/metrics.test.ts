@@ -59,13 +59,14 @@ describe.each(testDatabases())("metrics on %s", database => {
 			env: {
 				SMTP_URL: smtp.url,
 				MAIL_POLL_INTERVAL: "100ms",
+				// The shortest refresh: every wait below for a gauge to move waits out one interval.
+				// FAST_DELIVERY_ENV's retries (1 s to 5 s) keep a failing delivery pending across a few.
+				BACKLOG_REFRESH: "1s",
 				MAIL_RETRY_SCHEDULE: "1s,2s,3s,4s,5s,6s,7s,8s,9s,10s",
 				// One attempt at a time, so a webhook holds at most WEBHOOK_LEASE_FACTOR leases:
 				// deliveries beyond those wait in the database, due.
 				DELIVERY_CONCURRENCY: "1",
 				DELIVERY_WEBHOOK_CONCURRENCY: "1",
-				// Long enough that a failing delivery stays pending across a few gauge refreshes.
-				DELIVERY_RETRY_SCHEDULE: "2s,4s,6s,8s,10s",
 			},
 		});
 		ops = await startOpsServer(env.stack.app.broker, 0, "127.0.0.1");
@@ -91,8 +92,8 @@ describe.each(testDatabases())("metrics on %s", database => {
 		const slow = await env.createWebhook(owner.token);
 		// WEBHOOK_LEASE_FACTOR are leased, the rest wait in the database, due, and age; claims take
 		// them half a share at a time, each once the webhook is down to half its share. Sent one at
-		// a time, the attempts keep rows due for about 8 s, past the gauges' 5 s cache.
-		env.script(slow, [], { status: 200, delayMs: Math.ceil(8_000 / (EVENTS - WEBHOOK_LEASE_FACTOR / 2 - 4)) });
+		// a time, the attempts keep rows due for about 3 s, past a few of the gauges' 1 s refreshes.
+		env.script(slow, [], { status: 200, delayMs: Math.ceil(3_000 / (EVENTS - WEBHOOK_LEASE_FACTOR / 2 - 4)) });
 		for (let i = 0; i < EVENTS; i++) await publish(owner);
 		const backed = await watch("a due delivery waiting", page => (metricValue(page, "webhook_delivery_oldest_due_age_seconds") ?? 0) > 0);
 		expect(metricValue(backed, "webhook_deliveries_pending")).toBeGreaterThanOrEqual(1);
