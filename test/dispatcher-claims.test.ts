@@ -33,6 +33,9 @@ interface ClaimingService {
 	backlog: boolean;
 	waitingWebhooks: Set<string>;
 	refills: Set<string>;
+	shortRefills: Set<string>;
+	pollClaim: boolean;
+	roomFreed(): void;
 	roomLeft(): number;
 	claimRefills(): Promise<void>;
 	markBacklog(): void;
@@ -113,6 +116,10 @@ describe.each(testDatabases())("claims on %s", database => {
 			setImmediate(countTurn);
 		};
 		setImmediate(countTurn);
+		// The poll's claim of all due rows: a pass that claims until it is full, whoever's rows it
+		// finds (a pass started by a finished delivery leaves the piles of waiting webhooks to their
+		// refills after its first claim).
+		dispatcher.pollClaim = true;
 		await dispatcher.claimDue();
 		claiming = false;
 
@@ -202,25 +209,36 @@ describe.each(testDatabases())("claims on %s", database => {
 		}
 	});
 
-	it("leaves what a refill had no room for to the claim of all due rows", async () => {
+	it("refills again what a refill had no room for, once the instance has room", async () => {
 		// The webhook is refilled as it crosses half its share; one refilled below half for want of
 		// room in the instance would not cross it again, and its rows would wait for a full poll.
+		// Left to a claim of all due rows instead, they cost a read past every other pile.
 		await seedDue(stack.db, CROWDED, 10, 1_000);
 		dispatcher.cacheTarget(CROWDED, inactiveTarget(CROWDED));
 		const crowd = dispatcher.roomLeft() - 4;
 		dispatcher.held += crowd;
+		let crowded = true;
 		try {
 			dispatcher.waitingWebhooks.add(CROWDED);
 			dispatcher.backlog = false;
 			dispatcher.scanFrom = Date.now();
 			dispatcher.refills.add(CROWDED);
 			await dispatcher.claimRefills();
-			const untouched = await stack.db("deliveries").where({ webhook_id: CROWDED }).whereNull("lease_id").where("parked", false).count({ count: "*" });
-			expect(Number(untouched[0].count)).toBe(6);
-			expect(dispatcher.backlog).toBe(true);
-			expect(dispatcher.scanFrom).toBeNull();
-		} finally {
+			const untouched = async () => Number((await stack.db("deliveries").where({ webhook_id: CROWDED }).whereNull("lease_id").where("parked", false).count({ count: "*" }))[0].count);
+			expect(await untouched()).toBe(6);
+			// No claim of all due rows was asked for.
+			expect(dispatcher.backlog).toBe(false);
+			expect(dispatcher.scanFrom).not.toBeNull();
+
+			// Finished deliveries free the room: the refill goes again and takes the rest.
 			dispatcher.held -= crowd;
+			crowded = false;
+			dispatcher.roomFreed();
+			await waitUntil(untouched, count => count === 0, "the rest of the crowded webhook's rows to be claimed");
+			expect(dispatcher.shortRefills.size).toBe(0);
+		} finally {
+			if (crowded) dispatcher.held -= crowd;
+			dispatcher.waitingWebhooks.delete(CROWDED);
 		}
 	});
 });

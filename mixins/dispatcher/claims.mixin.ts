@@ -54,6 +54,8 @@ export const ClaimsMixin: DispatcherMixin = {
 		},
 
 		async claimUntilFull(this: DispatcherThis): Promise<void> {
+			const fromPoll = this.pollClaim;
+			this.pollClaim = false;
 			try {
 				while (!this.stopping) {
 					// Probes first, each in a statement of its own: a probe is the only way a failing
@@ -75,8 +77,10 @@ export const ClaimsMixin: DispatcherMixin = {
 					// Every row it took is of a webhook whose pile its refills take by its own index: the
 					// next claim of all due rows would read past those piles again to find little else.
 					// It waits for the poll. Each delivery that finished during a burst of 100,000 ran one,
-					// and the cluster's PostgreSQL read 470-490 rows per delivery (210 on one node).
-					if (leased.length > 0 && this.requestedAt <= seqBefore && leased.every(delivery => waitingBefore.has(delivery.webhookId))) {
+					// and the cluster's PostgreSQL read 470-490 rows per delivery (210 on one node). The
+					// poll's own pass goes on: rows of other webhooks due behind those piles (retries,
+					// another instance's abandoned leases) are found there, not only once the piles drain.
+					if (!fromPoll && leased.length > 0 && this.requestedAt <= seqBefore && leased.every(delivery => waitingBefore.has(delivery.webhookId))) {
 						this.backlog = false;
 						return;
 					}
@@ -365,6 +369,7 @@ export const ClaimsMixin: DispatcherMixin = {
 			if (this.stopping) return;
 			this.pollTimer = setTimeout(async () => {
 				this.polls += 1;
+				this.pollClaim = true;
 				// Retries come due by the clock: the poll claims whatever became due since its last claim.
 				if (this.polls % FULL_SCAN_POLLS === 0) await this.claimDue();
 				else {
