@@ -243,7 +243,7 @@ export type DispatcherThis = DbServiceThis & {
 	refills: Set<string>;
 	/** Waiting webhooks whose refill the instance had no room for: refilled once it has (roomFreed). */
 	shortRefills: Set<string>;
-	/** A poll asked for a claim pass: that pass claims until full, whoever's rows it finds (claimUntilFull). */
+	/** The poll's periodic claim of all due rows asked for a pass: it claims until full, whoever's rows it finds (claimUntilFull). */
 	pollClaim: boolean;
 	pollTimer: NodeJS.Timeout | null;
 	polls: number;
