@@ -74,14 +74,11 @@ export const ClaimsMixin: DispatcherMixin = {
 					const dueSince = this.scanFrom;
 					const waitingBefore = new Set(this.waitingWebhooks);
 					const { leased, filledWebhooks } = this.takeClaimed(await this.claimBatch(limit, dueSince));
-					// Every row it took is of a webhook whose pile its refills take by its own index: the
-					// next claim of all due rows would read past those piles again to find little else.
-					// It waits for the poll. Each delivery that finished during a burst of 100,000 ran one,
-					// and the cluster's PostgreSQL read 470-490 rows per delivery (210 on one node). Every
-					// FULL_SCAN_POLLS polls a pass goes on until it is full: rows of other webhooks due
-					// behind those piles (a retry, another instance's abandoned lease) are found then at the
-					// latest, not only once the piles drain. Every poll's pass going on read 570 rows per
-					// delivery in the cluster again.
+					// Every row it took is of a webhook whose refills take its pile by its own index; another
+					// claim of all due rows would read past those piles again for little else (run by each
+					// finished delivery of a burst of 100,000, the cluster's PostgreSQL read 470-490 rows per
+					// delivery). The poll's periodic pass goes on until full, so that rows due behind the
+					// piles (a retry, an abandoned lease) wait FULL_SCAN_POLLS polls at most.
 					if (!fromPoll && leased.length > 0 && this.requestedAt <= seqBefore && leased.every(delivery => waitingBefore.has(delivery.webhookId))) {
 						this.backlog = false;
 						return;
