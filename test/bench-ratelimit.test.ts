@@ -5,19 +5,9 @@
 import { execFile } from "node:child_process";
 import path from "node:path";
 import { promisify } from "node:util";
+import type { BurstFigures as Burst } from "../bench/lib/rate-limit";
 
 const run = promisify(execFile);
-
-interface Burst {
-	unlimited_deliveries: number;
-	received: number;
-	lost: number;
-	repeats: number;
-	failed_sends: number;
-	valid: boolean;
-	unlimited_deliveries_per_s: number | null;
-	limited?: { deliveries: number; received: number; lost: number; repeats: number; achieved_vs_limit: number; busiest_second: number; busiest_second_vs_limit: number; rows_not_succeeded_first_time: number };
-}
 
 describe("npm run bench -- delivery, ratelimit scenario", () => {
 	it("prints the unlimited webhooks' rate with a limited one beside them and without, and the limited one's rate and busiest second, nothing lost", async () => {

@@ -22,7 +22,7 @@
 // from the first arrival to the last, each against the limit.
 import path from "node:path";
 import type { ServiceBroker } from "moleculer";
-import type { BacklogDeployment } from "./backlog";
+import { sendAllAtOnce, type BacklogDeployment } from "./backlog";
 import { startChild } from "./child";
 import { monotonicMs, type ReceiverReady } from "./receiver";
 import { Receivers } from "./receivers";
@@ -33,8 +33,6 @@ const LIMIT = Number(process.env.BENCH_RATELIMIT_LIMIT ?? 50);
 const ROUNDS = Number(process.env.BENCH_RATELIMIT_ROUNDS ?? 3);
 const ENGINES = (process.env.BENCH_RATELIMIT_ENGINES ?? "sqlite").split(",").filter(Boolean) as Array<"sqlite" | "postgresql">;
 const WARM_UP_EVENTS = 200;
-// Producer calls in flight during a burst, as in the backlog scenario's bursts.
-const SENDERS = 256;
 export const RATE_LIMIT_GOALS = { unlimited_with_vs_without: 0.9, limited_busiest_second_vs_limit_at_most: 1.1 };
 
 export interface RateLimitDeployment extends BacklogDeployment {
@@ -53,7 +51,7 @@ export interface RateLimitHarness {
 	orderEvent(extra: Record<string, unknown>): object;
 }
 
-interface LimitedFigures {
+export interface LimitedFigures {
 	deliveries: number;
 	received: number;
 	lost: number;
@@ -70,7 +68,8 @@ interface LimitedFigures {
 	rows_not_succeeded_first_time: number;
 }
 
-interface BurstFigures {
+/** One burst's figures, as the JSON prints them. */
+export interface BurstFigures {
 	unlimited_deliveries: number;
 	received: number;
 	lost: number;
@@ -84,8 +83,6 @@ interface BurstFigures {
 }
 
 const sleep = (ms: number) => new Promise(resolve => setTimeout(resolve, ms));
-// The wait's own bound, cleared once reached: a bare sleep racing it kept `npm run bench` alive for that long after the last burst.
-const within = (receivers: Receivers, count: number, ms: number) => receivers.waitForOk(count, ms).then(() => true, () => false);
 
 /** Sets the limit as PATCH /webhooks/{id} does, on the webhook at `url`. */
 async function limitWebhook(deployment: RateLimitDeployment, url: string, limit: number): Promise<string> {
@@ -118,21 +115,16 @@ async function burst(harness: RateLimitHarness, deployment: RateLimitDeployment,
 	const limitedBase = limited ? { ok: limited.receivers.ok, repeats: limited.receivers.repeats } : undefined;
 	await limited?.receivers.samples(); // drops the warm-up's arrivals
 	const started = monotonicMs();
-	let next = 0;
-	let failedSends = 0;
-	const sender = async () => {
-		while (next < events.length) await deployment.send(events[next++]).catch(() => (failedSends += 1));
-	};
-	await Promise.all(Array.from({ length: SENDERS }, sender));
+	const failedSends = await sendAllAtOnce(events, event => deployment.send(event));
 	const intakeSeconds = (monotonicMs() - started) / 1000;
 	// The bounds only turn a stall into an invalid round: a minute, plus 10 ms per delivery.
-	const drained = await within(receivers, baseOk + expected, 60_000 + 10 * expected);
+	const drained = await receivers.drainedWithin(baseOk + expected, 60_000 + 10 * expected);
 	const seconds = (monotonicMs() - started) / 1000;
 	const received = receivers.ok - baseOk;
 	await receivers.samples(); // the unlimited arrivals' samples are not needed: let the receivers drop them
 	let limitedFigures: LimitedFigures | undefined;
 	if (limited && limitedBase) {
-		await within(limited.receivers, limitedBase.ok + EVENTS, 60_000 + (2_000 * EVENTS) / LIMIT);
+		await limited.receivers.drainedWithin(limitedBase.ok + EVENTS, 60_000 + (2_000 * EVENTS) / LIMIT);
 		const limitedSeconds = (monotonicMs() - started) / 1000;
 		const arrivals = (await limited.receivers.samples()).map(([sentAt, ms]) => sentAt + ms);
 		const limitedReceived = limited.receivers.ok - limitedBase.ok;

@@ -50,6 +50,18 @@ export class Receivers {
 		});
 	}
 
+	/**
+	 * Whether `count` messages were answered within `boundMs`. The bound only turns a stall into an
+	 * invalid run, and its timer is cleared once drained: a bare sleep racing the wait kept
+	 * `npm run bench` alive for that long after its last run.
+	 */
+	drainedWithin(count: number, boundMs: number): Promise<boolean> {
+		return this.waitForOk(count, boundMs).then(
+			() => true,
+			() => false,
+		);
+	}
+
 	/** [sent_at, latency ms] of the requests that arrived since the last call. */
 	samples(): Promise<Array<[number, number]>> {
 		return new Promise(resolve => {
