@@ -339,12 +339,17 @@ export const ClaimsMixin: DispatcherMixin = {
 			this.scanFrom = null;
 		},
 
-		/** A delivery finished: refills cut short for room go again once half the instance's room is free. */
+		/**
+		 * A delivery finished. Once half the instance's room is free, the backlog is claimed and the
+		 * refills cut short for room go again: in batches, not one row per finished delivery, but
+		 * early enough to keep every slot busy.
+		 */
 		roomFreed(this: DispatcherThis): void {
-			if (this.shortRefills.size === 0 || this.roomLeft() < this.config.DELIVERY_CONCURRENCY / 2) return;
+			if (this.roomLeft() < this.config.DELIVERY_CONCURRENCY / 2) return;
+			const shortRefilled = this.shortRefills.size > 0;
 			for (const webhookId of this.shortRefills) this.refills.add(webhookId);
 			this.shortRefills.clear();
-			this.claimSoon();
+			if (this.backlog || shortRefilled) this.claimSoon();
 		},
 
 		/** A waiting webhook has half its share free: claim its own rows, not all due rows. */

@@ -210,8 +210,6 @@ export const ResultsMixin: DispatcherMixin = {
 		finish(this: DispatcherThis, delivery: LeasedDelivery, change: Omit<DeliveryUpdate, "delivery">): void {
 			const update: DeliveryUpdate = { ...change, delivery };
 			this.releaseHold(delivery.webhookId);
-			// Claim in batches (not one row per finished delivery), early enough to keep every slot busy.
-			if (this.backlog && this.roomLeft() >= this.config.DELIVERY_CONCURRENCY / 2) this.claimSoon();
 			this.roomFreed();
 			const write = async () => {
 				for (let attempt = 1; ; attempt += 1) {
