@@ -1,14 +1,27 @@
 // Small networking helpers for tests that need a port nothing listens on yet.
 import net from "node:net";
 
-/** A loopback port that was free a moment ago (for "connection refused" and listener tests). */
-export function freePort(): Promise<number> {
-	return new Promise((resolve, reject) => {
+// Below Linux's ephemeral range (32768-60999 by default). A port the kernel hands out for
+// `listen(0)` comes from that range, and so does the local port of every outgoing connection made
+// by the suites running beside this one: a port found free there was once taken by someone's
+// connection before the role process told to listen on it started ("PORT: port 40017 is already in
+// use", cluster faults 1 and 4 in one CI run).
+const FIRST = 20_000;
+const COUNT = 12_000;
+
+function listensOn(port: number): Promise<boolean> {
+	return new Promise(resolve => {
 		const server = net.createServer();
-		server.once("error", reject);
-		server.listen(0, "127.0.0.1", () => {
-			const { port } = server.address() as net.AddressInfo;
-			server.close(() => resolve(port));
-		});
+		server.once("error", () => resolve(false));
+		server.listen(port, "127.0.0.1", () => server.close(() => resolve(true)));
 	});
+}
+
+/** A loopback port that was free a moment ago (for "connection refused" and listener tests). */
+export async function freePort(): Promise<number> {
+	for (let tries = 0; tries < 100; tries += 1) {
+		const port = FIRST + Math.floor(Math.random() * COUNT);
+		if (await listensOn(port)) return port;
+	}
+	throw new Error(`no free port found between ${FIRST} and ${FIRST + COUNT}`);
 }
