@@ -24,6 +24,7 @@ import {
 	type DispatcherThis,
 	type LeasedDelivery,
 	type MessageRow,
+	WEBHOOKS_CALL_TIMEOUT_MS,
 } from "./shared";
 
 // A claim looks at this many times as many due rows as it may lease, for the webhooks to take turns.
@@ -398,7 +399,7 @@ export const ClaimsMixin: DispatcherMixin = {
 				const rows: Array<{ webhook_id: string }> = await this.db("deliveries").whereRaw("parked").andWhereRaw("status = 'pending'").distinct("webhook_id").limit(1000);
 				if (rows.length === 0) return;
 				const ids = rows.map(row => row.webhook_id);
-				const found = await this.broker.call<ResolvedWebhook[], { ids: string[] }>("webhooks.resolve", { ids });
+				const found = await this.broker.call<ResolvedWebhook[], { ids: string[] }>("webhooks.resolve", { ids }, { timeout: WEBHOOKS_CALL_TIMEOUT_MS });
 				const byId = new Map(found.map(webhook => [webhook.id, webhook]));
 				for (const id of ids) {
 					const webhook = byId.get(id);

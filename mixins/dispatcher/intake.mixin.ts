@@ -36,6 +36,7 @@ import {
 	type LeasedDelivery,
 	type MessageRow,
 	type NewDeliveryRow,
+	WEBHOOKS_CALL_TIMEOUT_MS,
 } from "./shared";
 
 const MESSAGE_COLUMNS = ["event_id", "customer_id", "user_id", "type", "body", "occurred_at", "created_at", "trace_context"] as const satisfies ReadonlyArray<keyof MessageRow>;
@@ -275,7 +276,7 @@ export const IntakeMixin: DispatcherMixin = {
 			const customers = [...new Set(items.map(item => item.customerId))];
 			const subscriberLists = await Promise.all(
 				customers.map(customerId =>
-					this.subscribers.get(customerId, () => this.broker.call<Subscriber[], { customerId: string; topic: string }>("webhooks.subscribers", { customerId, topic: TASKING_ORDER_STATUS_TOPIC })),
+					this.subscribers.get(customerId, () => this.broker.call<Subscriber[], { customerId: string; topic: string }>("webhooks.subscribers", { customerId, topic: TASKING_ORDER_STATUS_TOPIC }, { timeout: WEBHOOKS_CALL_TIMEOUT_MS })),
 				),
 			);
 			const subscribersOf = new Map(customers.map((customerId, i) => [customerId, subscriberLists[i].value]));

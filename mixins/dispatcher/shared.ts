@@ -62,6 +62,11 @@ export const SQLITE_INTAKE_BUSY_LINGER = { utilisation: 0.7, lingerMs: 4 } as co
 export const ROWS_PER_STATEMENT = 200;
 export const REJECTED_EXCERPT_CHARS = 2_000;
 export const DEPENDENCY_RETRY_MS = 1_000;
+// The dispatcher's calls to the webhooks service (subscribers, resolve) give up after this, not
+// the broker's 30 s: a request published while NATS was away is lost, and its caller (an intake
+// batch, a claim, the worker) would sit idle for the rest of the 30 s after NATS came back. The
+// caller retries as it does after any dependency failure; the answer normally takes milliseconds.
+export const WEBHOOKS_CALL_TIMEOUT_MS = 10_000;
 
 export interface MessageRow {
 	event_id: string;

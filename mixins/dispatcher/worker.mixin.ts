@@ -26,6 +26,7 @@ import {
 	type DispatcherThis,
 	type LeasedDelivery,
 	type Target,
+	WEBHOOKS_CALL_TIMEOUT_MS,
 } from "./shared";
 
 export const WorkerMixin: DispatcherMixin = {
@@ -189,7 +190,7 @@ export const WorkerMixin: DispatcherMixin = {
 			let retryLater = false;
 			try {
 				for (const ids of chunks(webhookIds, 1000)) {
-					const found = await this.broker.call<ResolvedWebhook[], { ids: string[] }>("webhooks.resolve", { ids });
+					const found = await this.broker.call<ResolvedWebhook[], { ids: string[] }>("webhooks.resolve", { ids }, { timeout: WEBHOOKS_CALL_TIMEOUT_MS });
 					const byId = new Map(found.map(webhook => [webhook.id, webhook]));
 					for (const id of ids) {
 						const webhook = byId.get(id);
