@@ -36,6 +36,7 @@ import { IntakeMixin } from "../mixins/dispatcher/intake.mixin";
 import { WorkerMixin } from "../mixins/dispatcher/worker.mixin";
 import { ResultsMixin } from "../mixins/dispatcher/results.mixin";
 import { ClaimsMixin } from "../mixins/dispatcher/claims.mixin";
+import { ParkingMixin } from "../mixins/dispatcher/parking.mixin";
 import { DeliveryLogMixin } from "../mixins/dispatcher/delivery-log.mixin";
 import { DeliveryStatsMixin } from "../mixins/dispatcher/stats.mixin";
 import { DispatcherBacklogMixin } from "../mixins/backlog.mixin";
@@ -57,8 +58,10 @@ const parts = [
 	WorkerMixin,
 	// afterAttempt, finish, writeUpdates (the lease-guarded batch write)
 	ResultsMixin,
-	// claimDue, claimBatch, claimRefills (a waiting webhook's own rows), schedulePoll; parking: recheckParked, resumeParked, cancelPending
+	// claimDue, claimBatch, claimRefills (a waiting webhook's own rows), schedulePoll
 	ClaimsMixin,
+	// parking: recheckParked, resumeParked, cancelPending
+	ParkingMixin,
 	// actions testWebhook, listDeliveries, getDelivery, retryDelivery
 	DeliveryLogMixin,
 	// action webhookStats (GET /webhooks/{id}/stats)

@@ -310,6 +310,7 @@ export type DispatcherThis = DbServiceThis & {
 	leftRowsSince(webhookId: string, seq: number): boolean;
 	stopWaiting(webhookId: string): void;
 	schedulePoll(): void;
+	// parking.mixin.ts
 	recheckParked(): Promise<void>;
 	resumeParked(webhookId: string): Promise<void>;
 	cancelPending(webhookId: string): Promise<number>;
