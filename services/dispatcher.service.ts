@@ -33,9 +33,11 @@ import { WebhookSender } from "../lib/webhook-sender";
 import { ThreadedWebhookSender, publishSenderLoopGauges } from "../lib/threaded-sender";
 import { BREAKER, LEASE_SAFETY_MS, MAX_INTAKE_BATCH, MAX_RESULT_BATCH, RESULT_LINGER_MS, SQLITE_INTAKE_BUSY_LINGER, TARGET_CACHE_MS, keepSigningUntil, type DispatcherThis } from "../mixins/dispatcher/shared";
 import { IntakeMixin } from "../mixins/dispatcher/intake.mixin";
+import { RejectedEventsMixin } from "../mixins/dispatcher/rejected-events.mixin";
 import { WorkerMixin } from "../mixins/dispatcher/worker.mixin";
 import { ResultsMixin } from "../mixins/dispatcher/results.mixin";
 import { ClaimsMixin } from "../mixins/dispatcher/claims.mixin";
+import { ParkingMixin } from "../mixins/dispatcher/parking.mixin";
 import { DeliveryLogMixin } from "../mixins/dispatcher/delivery-log.mixin";
 import { DeliveryStatsMixin } from "../mixins/dispatcher/stats.mixin";
 import { DispatcherBacklogMixin } from "../mixins/backlog.mixin";
@@ -51,14 +53,18 @@ import { RetentionMixin } from "../mixins/retention.mixin";
 const parts = [
 	// channel and event tasking.order_status (the dispatcher consumer group), calling ingestOrderStatus
 	OrderStatusIntakeMixin("dispatcher"),
-	// action publish; events webhooks.* (the subscriber cache); ingestOrderStatus, acceptEvent, recordRejection, persistEvents
+	// action publish; events webhooks.* (the subscriber cache); ingestOrderStatus, acceptEvent, persistEvents
 	IntakeMixin,
+	// recordRejection (table delivery_rejected_events)
+	RejectedEventsMixin,
 	// events webhooks.updated / removed / rotated; takeLease, enqueue, pump, startAttempt
 	WorkerMixin,
 	// afterAttempt, finish, writeUpdates (the lease-guarded batch write)
 	ResultsMixin,
-	// claimDue, claimBatch, claimRefills (a waiting webhook's own rows), schedulePoll; parking: recheckParked, resumeParked, cancelPending
+	// claimDue, claimBatch, claimRefills (a waiting webhook's own rows), schedulePoll
 	ClaimsMixin,
+	// parking: recheckParked, resumeParked, cancelPending
+	ParkingMixin,
 	// actions testWebhook, listDeliveries, getDelivery, retryDelivery
 	DeliveryLogMixin,
 	// action webhookStats (GET /webhooks/{id}/stats)

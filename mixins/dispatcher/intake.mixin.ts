@@ -1,8 +1,8 @@
 // Dispatcher intake: how an order status event becomes persisted deliveries. Events arrive from
 // the durable channel (cluster mode) or as the `tasking.order_status` broker event, both through
 // mixins/order-status-intake.mixin.ts, or through the `publish` action (acknowledged). All
-// validate the event, record a rejected one in
-// `delivery_rejected_events`, and hand the valid ones to a micro-batcher (`this.intake`), which
+// validate the event, record a rejected one in `delivery_rejected_events`
+// (rejected-events.mixin.ts), and hand the valid ones to a micro-batcher (`this.intake`), which
 // writes each batch in one transaction: one message per new event_id, one delivery per subscribed
 // webhook. A delivery is leased to this instance in that same insert when the worker has room,
 // so it goes straight to the send loop without a claim. Each customer's subscribed webhooks are
@@ -21,13 +21,12 @@ import { currentTraceContext } from "../../lib/tracing";
 import { inSqliteTransaction, type SqliteConnection } from "../../lib/sqlite-statements";
 import { chunks } from "../../lib/sql-rows";
 import { columnArrays, runPrepared, unnestColumns, type PreparedStatement } from "../../lib/pg-statements";
-import { TASKING_ORDER_STATUS_EVENT, TASKING_ORDER_STATUS_TOPIC, TaskingOrderStatusEvent, withEventId } from "../../lib/schemas/events";
+import { TASKING_ORDER_STATUS_TOPIC, TaskingOrderStatusEvent, withEventId } from "../../lib/schemas/events";
 import { WEBHOOK_EVENTS, type Subscriber } from "../../lib/schemas/webhooks";
 import { orderStatusMessage, type PublishResult } from "../../lib/schemas/deliveries";
 import { ORDER_HEAD_PREDICATE, distinctQueues, inOccurrenceOrder, orderKeyFor, type OrderQueue } from "../../lib/order-queues";
 import { promoteNextSqlite } from "./order-queues.mixin";
 import {
-	REJECTED_EXCERPT_CHARS,
 	ROWS_PER_STATEMENT,
 	type DispatcherMixin,
 	type DispatcherThis,
@@ -129,19 +128,6 @@ function queuesOf(rows: NewDeliveryRow[], waiting: Set<string>): OrderQueue[] {
 	const queued: OrderQueue[] = [];
 	for (const row of rows) if (waiting.has(row.id) && row.order_key !== null) queued.push({ webhookId: row.webhook_id, orderKey: row.order_key });
 	return distinctQueues(queued);
-}
-
-/** PostgreSQL text cannot hold NUL characters, and a rejected payload may contain anything. */
-const storable = (text: string, max: number) => text.replaceAll("\u0000", "").slice(0, max);
-
-function excerptOf(payload: unknown): string {
-	let text: string;
-	try {
-		text = JSON.stringify(payload) ?? String(payload);
-	} catch {
-		text = String(payload);
-	}
-	return text.length > REJECTED_EXCERPT_CHARS ? `${storable(text, REJECTED_EXCERPT_CHARS)}…` : storable(text, REJECTED_EXCERPT_CHARS);
 }
 
 /** Every change to a customer's webhooks is announced with the customer's id. */
@@ -248,24 +234,6 @@ export const IntakeMixin: DispatcherMixin = {
 				orderId: event.order_id,
 				traceContext: currentTraceContext(),
 			});
-		},
-
-		async recordRejection(this: DispatcherThis, source: EventSource, payload: unknown, reason: string): Promise<void> {
-			const eventId = payload && typeof payload === "object" ? (payload as { event_id?: unknown }).event_id : undefined;
-			this.logger.warn(`Rejected a ${TASKING_ORDER_STATUS_EVENT} event (${source}): ${reason}`);
-			try {
-				await this.db("delivery_rejected_events").insert({
-					source,
-					event_id: typeof eventId === "string" ? storable(eventId, 100) : null,
-					reason: storable(reason, 1000),
-					excerpt: excerptOf(payload),
-					received_at: nowIso(),
-				});
-			} catch (err) {
-				// Unrecorded, the rejection would vanish: let the channel redeliver, or the caller retry.
-				if (isDependencyFailure(err)) throw err;
-				this.logger.error("Could not record a rejected event", err);
-			}
 		},
 
 		/**

@@ -5,7 +5,7 @@
 //             in memory and written to `webhook_failures` about once a second, so the send loop
 //             never waits on this bookkeeping; a success on any instance deletes the webhook's row.
 //   parking   a disabled webhook's pending deliveries are parked at once (next_attempt_at null),
-//             whoever disabled it; re-enabling resumes them (claims.mixin.ts).
+//             whoever disabled it; re-enabling resumes them (parking.mixin.ts).
 //   notice    a disable is told to the customer's webhooks subscribed to `webhook:disabled`,
 //             persisted as a message with deliveries like any other, so it is signed and retried.
 //   recover   action `recover`: a fresh attempt now for every failed delivery in a time window.

@@ -264,11 +264,12 @@ export type DispatcherThis = DbServiceThis & {
 	ingestOrderStatus(payload: unknown, source: EventSource, ctx?: Context): Promise<void>;
 	handToNotifier(event: unknown, ctx: Context): Promise<void>;
 	acceptEvent(payload: unknown, source: EventSource, ctx?: Context): Promise<PublishResult>;
-	recordRejection(source: EventSource, payload: unknown, reason: string): Promise<void>;
 	persistEvents(items: IntakeItem[]): Promise<PublishResult[]>;
 	writeEvents(messages: MessageRow[], deliveries: NewDeliveryRow[]): Promise<WrittenEvents>;
 	insertMessages(trx: Knex.Transaction, rows: MessageRow[]): Promise<Set<string>>;
 	insertDeliveries(trx: Knex.Transaction, rows: NewDeliveryRow[]): Promise<void>;
+	// rejected-events.mixin.ts
+	recordRejection(source: EventSource, payload: unknown, reason: string): Promise<void>;
 	// worker.mixin.ts
 	takeLease(webhookId: string): boolean;
 	webhookShare(): number;
@@ -310,6 +311,7 @@ export type DispatcherThis = DbServiceThis & {
 	leftRowsSince(webhookId: string, seq: number): boolean;
 	stopWaiting(webhookId: string): void;
 	schedulePoll(): void;
+	// parking.mixin.ts
 	recheckParked(): Promise<void>;
 	resumeParked(webhookId: string): Promise<void>;
 	cancelPending(webhookId: string): Promise<number>;
