@@ -10,6 +10,7 @@ import bodyParser from "body-parser";
 import { configOf, type AppConfig } from "../lib/config";
 import { createTokenVerifier, AuthenticationError, type Principal, type TokenVerifier } from "../lib/auth";
 import { toProblem, type Problem } from "../lib/errors";
+import type { GatewayMeta } from "../lib/gateway-meta";
 import { jsonOf } from "../lib/frozen-json";
 import { openApiJson, OPERATIONS } from "../lib/openapi";
 import { createRateLimiter, type RateLimiter } from "../lib/rate-limit";
@@ -63,18 +64,6 @@ type GatewayRequest = IncomingMessage & {
 };
 
 type Next = (err?: unknown) => void;
-
-export interface GatewayMeta {
-	userId?: string;
-	customerId?: string;
-	principal?: Principal;
-	ifMatch?: string;
-	etag?: string;
-	$statusCode?: number;
-	$location?: string;
-	$responseHeaders?: Record<string, string>;
-	$responseType?: string;
-}
 
 type ApiThis = Service & {
 	config: AppConfig;
