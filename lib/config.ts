@@ -7,130 +7,11 @@ import path from "node:path";
 import crypto from "node:crypto";
 import { z } from "zod";
 import type { ServiceBroker } from "moleculer";
-import { parseAllowList } from "./address-ranges";
-import { parseDuration, parseDurationList } from "./durations";
+import { base64Key32, cidrList, csv, duration, originList, otlpEndpoint, otlpProtocol, pemFile, port, positiveInt, schedule, wholeNumber } from "./config-fields";
 import { senderDomain } from "./email-message";
 import { MAIL_TO_FILES } from "./mail-transport";
 
-/** A duration, e.g. "15s"; `range` bounds it, written as durations too ({ min: "1s", max: "5m" }). */
-const duration = (fallback: string, range?: { min: string; max: string }) =>
-	z
-		.string()
-		.default(fallback)
-		.transform((text, ctx) => {
-			try {
-				const millis = parseDuration(text);
-				if (range && (millis < parseDuration(range.min) || millis > parseDuration(range.max))) throw new Error(`"${text}" is not from ${range.min} to ${range.max}`);
-				return millis;
-			} catch (err) {
-				ctx.addIssue({ code: "custom", message: (err as Error).message });
-				return z.NEVER;
-			}
-		});
-
-/** Retry offsets from the first attempt: increasing durations, e.g. "1m,5m,30m,2h,6h". */
-const schedule = (fallback: string) =>
-	z
-		.string()
-		.default(fallback)
-		.transform((text, ctx) => {
-			try {
-				const offsets = parseDurationList(text);
-				if (offsets.length === 0) throw new Error("needs at least one offset");
-				if (offsets.some((offset, i) => i > 0 && offset <= offsets[i - 1])) throw new Error("offsets must increase");
-				return offsets;
-			} catch (err) {
-				ctx.addIssue({ code: "custom", message: (err as Error).message });
-				return z.NEVER;
-			}
-		});
-
-/**
- * A whole number within bounds, with a message as plain as the durations' ("abc" is not a whole
- * number from 0 to 65535) rather than zod's "expected number, received NaN".
- */
-const wholeNumber = (range: { min: number; max?: number; hint?: string }) =>
-	z.union([z.string(), z.number()]).transform((value, ctx) => {
-		const text = String(value).trim();
-		const number = /^\d+$/.test(text) ? Number(text) : NaN;
-		if (!Number.isSafeInteger(number) || number < range.min || (range.max !== undefined && number > range.max)) {
-			const bounds = range.max === undefined ? `of at least ${range.min}` : `from ${range.min} to ${range.max}`;
-			ctx.addIssue({ code: "custom", message: `"${value}" is not a whole number ${bounds}${range.hint ? ` (${range.hint})` : ""}` });
-			return z.NEVER;
-		}
-		return number;
-	});
-
-const port = (fallback: number) => wholeNumber({ min: 0, max: 65535, hint: "0 picks a free port" }).default(fallback);
-
-const csv = z
-	.string()
-	.default("")
-	.transform(text =>
-		text
-			.split(",")
-			.map(part => part.trim())
-			.filter(Boolean),
-	);
-
-const cidrList = csv.superRefine((cidrs, ctx) => {
-	try {
-		parseAllowList(cidrs);
-	} catch (err) {
-		ctx.addIssue({ code: "custom", message: `${(err as Error).message} (use e.g. 127.0.0.1/32,::1/128)` });
-	}
-});
-
-// Read at start-up, so that a wrong path stops the process with the variable's name rather than
-// failing the first delivery or email with a stack trace.
-const pemFile = z.string().superRefine((file, ctx) => {
-	let pem: string;
-	try {
-		pem = fs.readFileSync(file, "utf8");
-	} catch (err) {
-		ctx.addIssue({ code: "custom", message: `cannot read ${file} (${(err as NodeJS.ErrnoException).code ?? (err as Error).message})` });
-		return;
-	}
-	if (!pem.includes("-----BEGIN CERTIFICATE-----")) ctx.addIssue({ code: "custom", message: `${file} holds no PEM certificate` });
-});
-
-const base64Key32 = z
-	.string()
-	.refine(text => Buffer.from(text, "base64").length === 32, "must be base64 of exactly 32 bytes");
-
-/** "*" or a bare origin: scheme, host and port, no path. */
-function isOrigin(text: string): boolean {
-	if (text === "*") return true;
-	try {
-		return new URL(text).origin === text.replace(/\/$/, "").toLowerCase();
-	} catch {
-		return false;
-	}
-}
-
-/** An OTLP/HTTP endpoint: http or https, no credentials in the URL (OTEL_EXPORTER_OTLP_HEADERS carries them). */
-const otlpEndpoint = z
-	.string()
-	.optional()
-	.superRefine((text, ctx) => {
-		if (text === undefined) return;
-		let url: URL;
-		try {
-			url = new URL(text);
-		} catch {
-			ctx.addIssue({ code: "custom", message: `"${text}" is not a URL (use e.g. http://otel-collector:4318)` });
-			return;
-		}
-		if (url.protocol !== "http:" && url.protocol !== "https:") ctx.addIssue({ code: "custom", message: "must be an http:// or https:// URL (OTLP over HTTP)" });
-		else if (url.username || url.password) ctx.addIssue({ code: "custom", message: "must not carry credentials; put them in OTEL_EXPORTER_OTLP_HEADERS" });
-	});
-
-// gRPC is left out: only the two HTTP encodings are exercised by the tests.
-const otlpProtocol = z.enum(["http/protobuf", "http/json"], { message: "must be http/protobuf or http/json (gRPC is not supported)" });
-
 export const TRACE_SAMPLERS = ["always_on", "always_off", "traceidratio", "parentbased_always_on", "parentbased_always_off", "parentbased_traceidratio"] as const;
-
-const positiveInt = (fallback: number) => wholeNumber({ min: 1 }).default(fallback);
 
 export const ALL_SERVICES = ["api", "topics", "webhooks", "users", "dispatcher", "notifier"] as const;
 export type ServiceName = (typeof ALL_SERVICES)[number];
@@ -202,7 +83,7 @@ export const EnvSchema = z.object({
 	RATE_LIMIT_PER_MINUTE: positiveInt(600),
 	// Counted before authentication, so bad tokens count too. Unset: twice RATE_LIMIT_PER_MINUTE.
 	RATE_LIMIT_PER_ADDRESS_PER_MINUTE: wholeNumber({ min: 1 }).optional(),
-	CORS_ORIGINS: csv.pipe(z.array(z.string().refine(isOrigin, "each entry must be * or an origin such as https://app.example.com"))).transform(origins => origins.map(origin => (origin === "*" ? origin : new URL(origin).origin))),
+	CORS_ORIGINS: originList,
 	PUBLIC_BASE_URL: z.string().url().optional(),
 	// Slow clients (slowloris): how long the gateway waits for a request's headers, and for the
 	// whole request, and how many connections one client address may hold open (0: no cap).

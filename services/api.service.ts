@@ -2,18 +2,22 @@
 // every failure into RFC 9457 problem details, enforces the body limit and the rate limits (per
 // client address before authentication, per customer after), answers OPTIONS and CORS itself,
 // and maps /id/v3 routes to the actions of the services that own the data, each parameter taken
-// only from where the route documents it (lib/gateway-policy.ts).
+// only from where the route documents it (lib/gateway-policy.ts). Its parts are mixins: the front
+// door (mixins/gateway-front-door.ts), the event intake (mixins/gateway-event-intake.ts) and the
+// refresh of the caller's user record from the token (mixins/gateway-user-record.ts).
 import type { IncomingMessage, ServerResponse } from "node:http";
 import type { Context, Service, ServiceSchema, ServiceSettingSchema } from "moleculer";
 import ApiGateway from "moleculer-web";
 import bodyParser from "body-parser";
 import { configOf, type AppConfig } from "../lib/config";
-import { createTokenVerifier, AuthenticationError, type Principal, type TokenVerifier } from "../lib/auth";
+import { createTokenVerifier, AuthenticationError, type TokenVerifier } from "../lib/auth";
 import { toProblem, type Problem } from "../lib/errors";
+import type { GatewayMeta } from "../lib/gateway-meta";
 import { jsonOf } from "../lib/frozen-json";
-import { openApiJson, OPERATIONS } from "../lib/openapi";
+import { openApiJson } from "../lib/openapi";
 import { createRateLimiter, type RateLimiter } from "../lib/rate-limit";
 import { GatewayFrontDoor } from "../mixins/gateway-front-door";
+import { GatewayUserRecord, type UserRecordMethods, type UserRecordRequest } from "../mixins/gateway-user-record";
 import { GatewayEventIntake, PUBLISH_EVENTS_ACTION, PUBLISH_EVENTS_BODY_PARAM, requirePublishScope } from "../mixins/gateway-event-intake";
 import { createWebAppHandler } from "../lib/web-app";
 import { httpRequestObserver } from "../lib/http-metrics";
@@ -27,22 +31,10 @@ export const API_BASE = "/id/v3";
 const API_ROUTE = { mappingPolicy: "restrict", autoAliases: false, bodyParsers: false, mergeParams: false, callOptions: { timeout: 30_000 } } as const;
 const BODY_LIMIT = "64kb";
 const METHODS_WITH_BODY = new Set(["POST", "PUT", "PATCH"]);
-// Refreshing the user record on every request would cost a write each time: remember what we
-// last sent to `users.touch` and skip identical claims for a while.
-const TOUCH_CACHE_TTL_MS = 60_000;
-const TOUCH_CACHE_MAX = 10_000;
 const RATE_WINDOW_SECONDS = 60;
 const UNSUBSCRIBE_LIMIT_PER_ADDRESS = 60;
 // Routes answered with CORS headers for the configured origins (the email links are not).
 const CORS_PATHS = [API_BASE, "/openapi.json"];
-
-// The actions that show the caller's user record: it is refreshed before they run.
-const USER_RECORD_ACTIONS = new Set(["users.details", "users.updateSettings"]);
-const PARAMS_BY_ACTION = new Map(OPERATIONS.filter(operation => operation.params).map(operation => [operation.action, operation.params!]));
-
-function touchFingerprint(principal: Principal): string {
-	return JSON.stringify([principal.customerId, principal.name, principal.email, principal.lastLogin]);
-}
 
 /** Successful statuses other than 200, by action. The services stay free of HTTP details. */
 const STATUS_BY_ACTION: Record<string, number> = {
@@ -53,10 +45,8 @@ const STATUS_BY_ACTION: Record<string, number> = {
 	[PUBLISH_EVENTS_ACTION]: 202,
 };
 
-type GatewayRequest = IncomingMessage & {
+type GatewayRequest = UserRecordRequest & {
 	$ctx: Context<unknown, GatewayMeta>;
-	/** Set once the request is accepted: the user record is refreshed if its action succeeds. */
-	$touchAfterSuccess?: boolean;
 	$action?: { name: string };
 	body?: unknown;
 	originalUrl?: string;
@@ -64,30 +54,14 @@ type GatewayRequest = IncomingMessage & {
 
 type Next = (err?: unknown) => void;
 
-export interface GatewayMeta {
-	userId?: string;
-	customerId?: string;
-	principal?: Principal;
-	ifMatch?: string;
-	etag?: string;
-	$statusCode?: number;
-	$location?: string;
-	$responseHeaders?: Record<string, string>;
-	$responseType?: string;
-}
-
-type ApiThis = Service & {
+type ApiThis = Service & UserRecordMethods & {
 	config: AppConfig;
 	verifyToken: TokenVerifier;
-	touchedUsers: Map<string, { fingerprint: string; at: number }>;
 	limitAddress: RateLimiter;
 	limitCustomer: RateLimiter;
 	limitUnsubscribe: RateLimiter;
 	observeHttpRequest(req: IncomingMessage, res: ServerResponse): void;
 	authenticateRequest(req: GatewayRequest): Promise<void>;
-	beforeAction(req: GatewayRequest, actionName: string, params: Record<string, unknown>): Promise<void>;
-	touchDue(principal: Principal): boolean;
-	touchUser(ctx: Context, principal: Principal): Promise<void>;
 	sendProblem(req: GatewayRequest, res: ServerResponse, err: unknown): void;
 };
 
@@ -142,9 +116,9 @@ class HttpProblem extends Error {
 
 const ApiService: ServiceSchema<ServiceSettingSchema, ApiThis> = {
 	name: "api",
-	// The front door first: its request handling wraps moleculer-web's.
-	// The event intake adds an action only; the front door wraps moleculer-web's request handling.
-	mixins: [GatewayEventIntake, GatewayFrontDoor(CORS_PATHS), ApiGateway],
+	// The front door before moleculer-web: its request handling wraps moleculer-web's. The event
+	// intake adds an action only, the user record its methods (`beforeAction` is the front door's hook).
+	mixins: [GatewayEventIntake, GatewayUserRecord, GatewayFrontDoor(CORS_PATHS), ApiGateway],
 
 	settings: {
 		port: 3000,
@@ -193,9 +167,7 @@ const ApiService: ServiceSchema<ServiceSettingSchema, ApiThis> = {
 					if (typeof ifMatch === "string") ctx.meta.ifMatch = ifMatch;
 				},
 				async onAfterCall(this: ApiThis, ctx: Context<unknown, GatewayMeta>, _route: unknown, req: GatewayRequest, res: ServerResponse, data: unknown) {
-					// The action's change is made: a failure to refresh the user record must not turn its
-					// answer into an error, and the next request tries again.
-					if (req.$touchAfterSuccess) await this.touchUser(ctx, ctx.meta.principal!).catch(err => this.logger.warn("The user record was not refreshed", err));
+					await this.refreshUserAfterSuccess(ctx, req);
 					const status = req.$action ? STATUS_BY_ACTION[req.$action.name] : undefined;
 					if (status) ctx.meta.$statusCode = status;
 					if (status === 201 && data && typeof data === "object" && "id" in data) {
@@ -273,43 +245,6 @@ const ApiService: ServiceSchema<ServiceSettingSchema, ApiThis> = {
 			ctx.meta.principal = principal;
 			ctx.meta.userId = principal.userId;
 			ctx.meta.customerId = principal.customerId;
-		},
-
-		/**
-		 * The user record is refreshed from the token only for a request that gets a success
-		 * answer, so that a refusal writes nothing: after the action, except for the actions that
-		 * show the record, which run once their params pass their own schema.
-		 */
-		async beforeAction(this: ApiThis, req: GatewayRequest, actionName: string, params: Record<string, unknown>): Promise<void> {
-			const principal = req.$ctx.meta.principal;
-			if (!principal || !this.touchDue(principal)) return;
-			if (!USER_RECORD_ACTIONS.has(actionName)) {
-				req.$touchAfterSuccess = true;
-				return;
-			}
-			// The action will refuse these params (422): it must find the record as it was.
-			if (PARAMS_BY_ACTION.get(actionName)?.safeParse(params).success === false) return;
-			await this.touchUser(req.$ctx, principal);
-		},
-
-		/** False while the same claims were sent to users.touch a moment ago (no write would follow). */
-		touchDue(this: ApiThis, principal: Principal): boolean {
-			const seen = this.touchedUsers.get(principal.userId);
-			return !(seen && seen.fingerprint === touchFingerprint(principal) && Date.now() - seen.at < TOUCH_CACHE_TTL_MS);
-		},
-
-		async touchUser(this: ApiThis, ctx: Context, principal: Principal): Promise<void> {
-			const fingerprint = touchFingerprint(principal);
-			const now = Date.now();
-			try {
-				await ctx.call("users.touch", principal);
-			} catch (err) {
-				// Without a users service the API still serves webhooks; user routes will answer 503.
-				if ((err as Error).name !== "ServiceNotFoundError") throw err;
-				return;
-			}
-			if (this.touchedUsers.size >= TOUCH_CACHE_MAX) this.touchedUsers.clear();
-			this.touchedUsers.set(principal.userId, { fingerprint, at: now });
 		},
 
 		/** moleculer-web's JSON encoding of an answer, done only once for one a service keeps frozen. */
@@ -422,7 +357,6 @@ const ApiService: ServiceSchema<ServiceSettingSchema, ApiThis> = {
 		(this as unknown as { regenerateAllAutoAliases: () => void }).regenerateAllAutoAliases = () => undefined;
 		this.config = configOf(this.broker);
 		this.verifyToken = createTokenVerifier(this.config);
-		this.touchedUsers = new Map();
 		const perMinute = this.config.RATE_LIMIT_PER_MINUTE;
 		this.limitCustomer = createRateLimiter(perMinute, RATE_WINDOW_SECONDS);
 		this.limitAddress = createRateLimiter(this.config.RATE_LIMIT_PER_ADDRESS_PER_MINUTE ?? 2 * perMinute, RATE_WINDOW_SECONDS);

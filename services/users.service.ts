@@ -45,7 +45,7 @@ interface UserRow {
 
 type UserFields = Pick<UserRow, "customer_id" | "name" | "email" | "last_login">;
 
-/** What the gateway puts in ctx.meta (services/api.service.ts GatewayMeta). */
+/** What the gateway puts in ctx.meta (GatewayMeta in lib/gateway-meta.ts). */
 interface UsersMeta {
 	userId?: string;
 	principal?: Principal;

@@ -6,10 +6,10 @@ import type { Context } from "moleculer";
 import { z } from "zod";
 import { zodParams } from "../validation";
 import { invalidField } from "../../lib/errors";
+import type { GatewayMeta } from "../../lib/gateway-meta";
 import { TASKING_ORDER_STATUS } from "../../lib/schemas/topics";
 import { InvalidUnsubscribeTokenError, MAX_UNSUBSCRIBE_TOKEN_LENGTH, verifyUnsubscribeToken } from "../../lib/unsubscribe-token";
 import { confirmUnsubscribePage, invalidLinkPage, unsubscribedPage, UNSUBSCRIBE_PAGE_HEADERS } from "../../lib/unsubscribe-page";
-import type { GatewayMeta } from "../../services/api.service";
 import type { NotifierMixin, NotifierThis } from "./shared";
 
 // Form posts and links carry strings only; other fields a mail provider might add are ignored.
