@@ -51,7 +51,7 @@ type FrontDoorThis = Service & {
 	corsPaths: string[];
 	/** Provided by the service: writes a problem+json answer. */
 	sendProblem(req: FrontDoorRequest, res: ServerResponse, err: unknown): void;
-	/** Optional, from the service: runs once the gateway has accepted the request, right before its action. */
+	/** Optional, from the service or another of its mixins (gateway-user-record.ts): runs once the gateway has accepted the request, right before its action. */
 	beforeAction?(req: FrontDoorRequest, actionName: string, params: Record<string, unknown>): Promise<void>;
 	methodsAllowed(url: string): string[];
 	answerOptions(req: IncomingMessage, res: ServerResponse, url: string): void;
