@@ -3,7 +3,7 @@
 // same run, against the same receivers in a process of their own. No broker, no database: this
 // isolates lib/webhook-sender.ts (in-process, as DELIVERY_SENDER_THREADS=0 uses it) and the
 // threaded sender (lib/threaded-sender.ts, the default), whose CPU includes the hop between the
-// threads. Each runs REQUESTS attempts, CONCURRENCY at a time spread over the endpoints, after a
+// threads. Each runs REQUESTS attempts (BENCH_SENDER_REQUESTS), CONCURRENCY at a time spread over the endpoints, after a
 // warm-up; CPU is the whole process's (user + system) per request.
 //
 // Only answers of 200 count: each measurement checks every attempt's own status and the
@@ -26,7 +26,9 @@ import { round } from "./lib/stats";
 
 const CONCURRENCY = 64;
 const ENDPOINTS = 10;
-const REQUESTS = 20_000;
+const REQUESTS = Number(process.env.BENCH_SENDER_REQUESTS ?? 20_000);
+if (!(Number.isInteger(REQUESTS) && REQUESTS >= 4)) throw new Error("BENCH_SENDER_REQUESTS must be a whole number of at least 4");
+const WARM_UP_REQUESTS = Math.floor(REQUESTS / 4);
 const PER_ORIGIN = 8; // DELIVERY_WEBHOOK_CONCURRENCY's default
 // Counts reach this process a few milliseconds after the answers; past this, they are missing.
 const RECEIVER_COUNT_WAIT_MS = 5_000;
@@ -46,8 +48,8 @@ async function measure(receivers: Receivers, urls: string[], attempt: (url: stri
 		if (!(await attempt(url, i))) failed += 1;
 	};
 	const warmUpFrom = receivers.ok;
-	await concurrentLoops(urls, REQUESTS / 4, CONCURRENCY, counted); // warm-up: connections, JIT
-	await receivers.waitForOk(warmUpFrom + REQUESTS / 4, RECEIVER_COUNT_WAIT_MS);
+	await concurrentLoops(urls, WARM_UP_REQUESTS, CONCURRENCY, counted); // warm-up: connections, JIT
+	await receivers.waitForOk(warmUpFrom + WARM_UP_REQUESTS, RECEIVER_COUNT_WAIT_MS);
 	const answeredBefore = receivers.ok;
 	const cpu = process.cpuUsage();
 	const started = performance.now();
