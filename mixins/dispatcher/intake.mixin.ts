@@ -22,7 +22,7 @@ import { inSqliteTransaction, type SqliteConnection } from "../../lib/sqlite-sta
 import { chunks } from "../../lib/sql-rows";
 import { columnArrays, runPrepared, unnestColumns, type PreparedStatement } from "../../lib/pg-statements";
 import { TASKING_ORDER_STATUS_TOPIC, TaskingOrderStatusEvent, withEventId } from "../../lib/schemas/events";
-import { WEBHOOK_EVENTS, type Subscriber } from "../../lib/schemas/webhooks";
+import { WEBHOOK_EVENTS } from "../../lib/schemas/webhooks";
 import { orderStatusMessage, type PublishResult } from "../../lib/schemas/deliveries";
 import { ORDER_HEAD_PREDICATE, distinctQueues, inOccurrenceOrder, orderKeyFor, type OrderQueue } from "../../lib/order-queues";
 import { promoteNextSqlite } from "./order-queues.mixin";
@@ -35,7 +35,7 @@ import {
 	type LeasedDelivery,
 	type MessageRow,
 	type NewDeliveryRow,
-	WEBHOOKS_CALL_TIMEOUT_MS,
+	lookUpSubscribers,
 } from "./shared";
 
 const MESSAGE_COLUMNS = ["event_id", "customer_id", "user_id", "type", "body", "occurred_at", "created_at", "trace_context"] as const satisfies ReadonlyArray<keyof MessageRow>;
@@ -244,7 +244,7 @@ export const IntakeMixin: DispatcherMixin = {
 			const customers = [...new Set(items.map(item => item.customerId))];
 			const subscriberLists = await Promise.all(
 				customers.map(customerId =>
-					this.subscribers.get(customerId, () => this.broker.call<Subscriber[], { customerId: string; topic: string }>("webhooks.subscribers", { customerId, topic: TASKING_ORDER_STATUS_TOPIC }, { timeout: WEBHOOKS_CALL_TIMEOUT_MS })),
+					this.subscribers.get(customerId, () => lookUpSubscribers(this.broker, customerId, TASKING_ORDER_STATUS_TOPIC)),
 				),
 			);
 			const subscribersOf = new Map(customers.map((customerId, i) => [customerId, subscriberLists[i].value]));

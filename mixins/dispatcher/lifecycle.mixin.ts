@@ -17,9 +17,9 @@ import { chunks } from "../../lib/sql-rows";
 import { timeOrderedUuid } from "../../lib/ids";
 import { WEBHOOK_DISABLED } from "../../lib/schemas/topics";
 import type { DeliveryOutcome } from "../../lib/webhook-sender";
-import { WebhookDisabledEvent, type DisableResult, type Subscriber, type WebhookDisabledMessage } from "../../lib/schemas/webhooks";
+import { WebhookDisabledEvent, type DisableResult, type WebhookDisabledMessage } from "../../lib/schemas/webhooks";
 import { MAX_RECOVER_BATCH, RecoverParams, type RecoverResult } from "../../lib/schemas/deliveries";
-import { OUT_OF_ORDER_QUEUE, ROWS_PER_STATEMENT, WEBHOOKS_CALL_TIMEOUT_MS, type DispatcherMixin, type DispatcherThis, type NewDeliveryRow, type TenantMeta } from "./shared";
+import { OUT_OF_ORDER_QUEUE, ROWS_PER_STATEMENT, lookUpSubscribers, type DispatcherMixin, type DispatcherThis, type NewDeliveryRow, type TenantMeta } from "./shared";
 
 /** "At least a few messages": one failed request is no evidence that an endpoint is dead. */
 export const MIN_FAILED_MESSAGES = 3;
@@ -207,7 +207,7 @@ export const LifecycleMixin: DispatcherMixin = {
 
 		/** Persists a webhook:disabled message and one delivery per subscribed webhook of the customer. */
 		async notifyDisabled(this: DispatcherThis, notice: WebhookDisabledEvent): Promise<void> {
-			const subscribers = await this.broker.call<Subscriber[], { customerId: string; topic: string }>("webhooks.subscribers", { customerId: notice.customerId, topic: WEBHOOK_DISABLED.topic }, { timeout: WEBHOOKS_CALL_TIMEOUT_MS });
+			const subscribers = await lookUpSubscribers(this.broker, notice.customerId, WEBHOOK_DISABLED.topic);
 			const recipients = subscribers.filter(subscriber => subscriber.id !== notice.id);
 			if (recipients.length === 0) return;
 			const eventId = noticeEventId(notice.id, notice.disabled_at);

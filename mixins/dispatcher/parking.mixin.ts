@@ -3,8 +3,7 @@
 // resume once it is active again (worker.mixin.ts on webhooks.updated, or the poll's recheck in
 // claims.mixin.ts, in case that event was missed), and a removed webhook's are cancelled.
 import { nowIso } from "../db.mixin";
-import type { ResolvedWebhook } from "../../lib/schemas/webhooks";
-import { type DispatcherMixin, type DispatcherThis, WEBHOOKS_CALL_TIMEOUT_MS } from "./shared";
+import { resolveWebhooks, type DispatcherMixin, type DispatcherThis } from "./shared";
 
 export const ParkingMixin: DispatcherMixin = {
 	methods: {
@@ -14,7 +13,7 @@ export const ParkingMixin: DispatcherMixin = {
 				const rows: Array<{ webhook_id: string }> = await this.db("deliveries").whereRaw("parked").andWhereRaw("status = 'pending'").distinct("webhook_id").limit(1000);
 				if (rows.length === 0) return;
 				const ids = rows.map(row => row.webhook_id);
-				const found = await this.broker.call<ResolvedWebhook[], { ids: string[] }>("webhooks.resolve", { ids }, { timeout: WEBHOOKS_CALL_TIMEOUT_MS });
+				const found = await resolveWebhooks(this.broker, ids);
 				const byId = new Map(found.map(webhook => [webhook.id, webhook]));
 				for (const id of ids) {
 					const webhook = byId.get(id);

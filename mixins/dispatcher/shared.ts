@@ -1,7 +1,7 @@
 // The dispatcher's shared vocabulary: its tuning constants, the rows it reads and writes, what a
 // leased delivery carries through the worker, and `DispatcherThis`, the one type of `this` that
 // services/dispatcher.service.ts and every mixin in this folder share.
-import type { Context, ServiceSchema, ServiceSettingSchema } from "moleculer";
+import type { Context, ServiceBroker, ServiceSchema, ServiceSettingSchema } from "moleculer";
 import type { Knex } from "knex";
 import type { DbServiceThis } from "../db.mixin";
 import type { MicroBatcher } from "../../lib/micro-batcher";
@@ -66,7 +66,14 @@ export const DEPENDENCY_RETRY_MS = 1_000;
 // the broker's 30 s: a request published while NATS was away is lost, and its caller (an intake
 // batch, a claim, the worker) would sit idle for the rest of the 30 s after NATS came back. The
 // caller retries as it does after any dependency failure; the answer normally takes milliseconds.
-export const WEBHOOKS_CALL_TIMEOUT_MS = 10_000;
+const WEBHOOKS_CALL_TIMEOUT_MS = 10_000;
+
+/** The customer's webhooks subscribed to the topic (webhooks.subscribers). */
+export const lookUpSubscribers = (broker: ServiceBroker, customerId: string, topic: string) =>
+	broker.call<Subscriber[], { customerId: string; topic: string }>("webhooks.subscribers", { customerId, topic }, { timeout: WEBHOOKS_CALL_TIMEOUT_MS });
+
+/** The webhooks of these ids that still exist, with their URLs and secrets (webhooks.resolve). */
+export const resolveWebhooks = (broker: ServiceBroker, ids: string[]) => broker.call<ResolvedWebhook[], { ids: string[] }>("webhooks.resolve", { ids }, { timeout: WEBHOOKS_CALL_TIMEOUT_MS });
 
 export interface MessageRow {
 	event_id: string;

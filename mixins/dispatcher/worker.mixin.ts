@@ -10,7 +10,7 @@
 import type { Context } from "moleculer";
 import { nowIso } from "../db.mixin";
 import { chunks } from "../../lib/sql-rows";
-import type { ResolvedWebhook, Subscriber } from "../../lib/schemas/webhooks";
+import type { Subscriber } from "../../lib/schemas/webhooks";
 import { messageIdOf } from "../../lib/schemas/deliveries";
 import { traceAttempt } from "../../lib/tracing";
 import {
@@ -26,7 +26,7 @@ import {
 	type DispatcherThis,
 	type LeasedDelivery,
 	type Target,
-	WEBHOOKS_CALL_TIMEOUT_MS,
+	resolveWebhooks,
 } from "./shared";
 
 export const WorkerMixin: DispatcherMixin = {
@@ -190,7 +190,7 @@ export const WorkerMixin: DispatcherMixin = {
 			let retryLater = false;
 			try {
 				for (const ids of chunks(webhookIds, 1000)) {
-					const found = await this.broker.call<ResolvedWebhook[], { ids: string[] }>("webhooks.resolve", { ids }, { timeout: WEBHOOKS_CALL_TIMEOUT_MS });
+					const found = await resolveWebhooks(this.broker, ids);
 					const byId = new Map(found.map(webhook => [webhook.id, webhook]));
 					for (const id of ids) {
 						const webhook = byId.get(id);
