@@ -11,7 +11,7 @@ import { usersMigrations } from "../migrations/users";
 import { NotFoundError, PreconditionFailedError, invalidField } from "../lib/errors";
 import { strongEtag, ifMatchSatisfied } from "../lib/etag";
 import { emailCapableTopics, groupByCategory, mergeNotificationSettings, parseSettingsUpdate } from "../lib/notification-settings";
-import type { Principal } from "../lib/auth";
+import type { GatewayMeta } from "../lib/gateway-meta";
 import type { CatalogueTopic } from "../lib/schemas/topics";
 import {
 	DetailsParams,
@@ -45,13 +45,8 @@ interface UserRow {
 
 type UserFields = Pick<UserRow, "customer_id" | "name" | "email" | "last_login">;
 
-/** What the gateway puts in ctx.meta (GatewayMeta in lib/gateway-meta.ts). */
-interface UsersMeta {
-	userId?: string;
-	principal?: Principal;
-	ifMatch?: string;
-	etag?: string;
-}
+/** The part of what the gateway puts in ctx.meta that this service reads and sets. */
+type UsersMeta = Pick<GatewayMeta, "userId" | "principal" | "ifMatch" | "etag">;
 
 type Queryable = Knex | Knex.Transaction;
 

@@ -18,6 +18,7 @@ import type { WebhookHealth } from "./lifecycle.mixin";
 import type { WrittenEvents } from "./intake.mixin";
 import type { OrderQueue } from "./order-queues.mixin";
 import type { RateSlots } from "../../lib/rate-slots";
+import type { GatewayMeta } from "../../lib/gateway-meta";
 
 // One lease budget, for intake and claims alike (queued + in flight): a webhook may hold
 // DELIVERY_WEBHOOK_CONCURRENCY x WEBHOOK_LEASE_FACTOR leases, an instance DELIVERY_CONCURRENCY x
@@ -202,9 +203,8 @@ export interface IntakeItem {
 
 export type EventSource = "event" | "publish" | "channel";
 
-export interface TenantMeta {
-	customerId?: string;
-}
+/** The part of the call's meta this service reads: the gateway puts the caller's customer there. */
+export type TenantMeta = Pick<GatewayMeta, "customerId">;
 
 export type DispatcherThis = DbServiceThis & {
 	sender: DeliverySender;

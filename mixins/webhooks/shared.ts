@@ -7,6 +7,7 @@ import type { AllowList } from "../../lib/address-ranges";
 import type { SqliteReadCache } from "../../lib/sqlite-read-cache";
 import type { counter } from "../../lib/metrics";
 import type { FieldProblem } from "../../lib/errors";
+import type { GatewayMeta } from "../../lib/gateway-meta";
 import type { DisabledReason, Subscriber, WebhookOrdering, WebhookView } from "../../lib/schemas/webhooks";
 
 // What a listing reads: everything `present` needs and nothing secret.
@@ -36,9 +37,7 @@ export interface WebhookRow {
 }
 
 /** The part of the call's meta this service reads: the gateway puts the caller's customer there. */
-export interface TenantMeta {
-	customerId?: string;
-}
+export type TenantMeta = Pick<GatewayMeta, "customerId">;
 
 export type WebhooksThis = DbServiceThis & {
 	allowList: AllowList;
