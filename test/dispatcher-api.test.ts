@@ -4,7 +4,7 @@
 import crypto from "node:crypto";
 import { expectProblem, startStack } from "./helpers/stack";
 import { testDatabases } from "./helpers/services";
-import { startDeliveryStack, verified, waitUntil, type CreatedWebhook, type DeliveryStack, type OrderEvent } from "./helpers/delivery-stack";
+import { SHORT_RETRY_SCHEDULE, startDeliveryStack, verified, waitUntil, type CreatedWebhook, type DeliveryStack, type OrderEvent } from "./helpers/delivery-stack";
 
 describe.each(testDatabases())("dispatcher API on %s", database => {
 	let env: DeliveryStack;
@@ -22,9 +22,8 @@ describe.each(testDatabases())("dispatcher API on %s", database => {
 	const deliveryOf = (eventId: string, webhook: CreatedWebhook) => db()("deliveries").where({ event_id: eventId, webhook_id: webhook.id }).first();
 
 	beforeAll(async () => {
-		// Five retries, as FAST_DELIVERY_ENV has them, given up after 1 s instead of 5 s: the hand
-		// retries below start from a delivery that has run out of them.
-		env = await startDeliveryStack(database, { env: { DELIVERY_RETRY_SCHEDULE: "200ms,400ms,600ms,800ms,1s" } });
+		// The hand retries below start from a delivery that has run out of its retries.
+		env = await startDeliveryStack(database, { env: { DELIVERY_RETRY_SCHEDULE: SHORT_RETRY_SCHEDULE } });
 	});
 	afterAll(() => env?.stop());
 

@@ -15,11 +15,10 @@ import { freePort } from "./helpers/net";
 import { natsEnabled, TEST_NATS_URL } from "./helpers/services";
 import { startHttpsReceiver, type HttpsReceiver } from "./helpers/https-receiver";
 import { startStack, type Stack } from "./helpers/stack";
-import { FAST_DELIVERY_ENV, waitUntil } from "./helpers/delivery-stack";
+import { FAST_DELIVERY_ENV, SHORT_RETRY_SCHEDULE, waitUntil } from "./helpers/delivery-stack";
 
-// Five retries, given up after 1 s instead of FAST_DELIVERY_ENV's 5 s: `deliveries` waits for the
-// failing webhook's delivery to have run out of them, in each mode.
-const REPL_DELIVERY_ENV = { ...FAST_DELIVERY_ENV, DELIVERY_RETRY_SCHEDULE: "200ms,400ms,600ms,800ms,1s" };
+// `deliveries` waits for the failing webhook's delivery to have run out of its retries, in each mode.
+const REPL_DELIVERY_ENV = { ...FAST_DELIVERY_ENV, DELIVERY_RETRY_SCHEDULE: SHORT_RETRY_SCHEDULE };
 
 const ROOT = path.resolve(__dirname, "..");
 const UUID = "[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}";
