@@ -4,13 +4,15 @@
 // it records are the times requests arrived, not the times a busy event loop got round to them.
 // Events are published by directed `dispatcher.publish` calls, alternating between the two
 // instances, so that both take deliveries in, lease them and send them from the one shared
-// schedule. Counted at the receiver: in any one second (a half-open window starting at a
-// request) never more than the limit plus 10 %, and every delivery answered 200 exactly once.
+// schedule. Counted by the dispatchers' own send times (delivery_attempts.attempted_at, taken as
+// each attempt starts): in any one second (a half-open window starting at an attempt) never more
+// than the limit plus 10 %; and at the receiver, every delivery answered 200 exactly once.
 // Waiting for a send time is never an attempt: no delivery fails or is attempted twice. Which
 // instance sent which request is not recorded anywhere per webhook, so /metrics is read once the
 // unlimited neighbour is done: every attempt counted after that is the limited webhook's. The
-// dispatchers' own send times (delivery_attempts.attempted_at) are printed beside the receiver's
-// count, to tell the limiter's excess from the time requests took to arrive.
+// receiver's busiest second is printed beside the send times' but not asserted: on a machine
+// busy with other suites, requests sent evenly can arrive bunched (transits of 170 ms were seen,
+// and 59 arrivals in a second sent as 52), which is the machine's timing, not the limiter's.
 import { Cluster, describeCluster, eventually, orderEvents, printFigures, withClusterLogs, type ClusterWebhook } from "./helpers/cluster";
 import type { RoleProcess } from "./helpers/role-process";
 import { DirectedPublisher, ORDERING_CUSTOMER, orderFigures, plannedOrders, sendOrders, waitForEveryStatus } from "./helpers/ordering-cluster";
@@ -156,16 +158,16 @@ describeCluster("cluster rate limit", () => {
 
 			const received = c.received(limited);
 			const figures = c.deliveryFigures([limited, unlimited], events);
-			const busiest = busiestSecondOf(received);
 			const span = spanSeconds(received, LIMIT);
 			const limitedAfterSplit = atEnd.map((end, index) => end.succeeded - atSplit[index].succeeded);
 			const sendTimes = await sendTimesOf(c, limited);
+			const busiest = busiestSecondOf(sendTimes);
 			printFigures("rate limit: two dispatchers", {
 				limit: LIMIT,
 				events: EVENTS,
-				busiest_second: busiest,
+				busiest_second_by_send_times: busiest,
 				bound: Math.floor(LIMIT * 1.1),
-				busiest_second_by_send_times: busiestSecondOf(sendTimes),
+				busiest_second_at_receiver: busiestSecondOf(received),
 				slowest_transit_ms: slowestTransit(received, sendTimes),
 				limited_span_s: Number(span.toFixed(2)),
 				ideal_s: EVENTS / LIMIT,
@@ -180,6 +182,7 @@ describeCluster("cluster rate limit", () => {
 				repeats_by_webhook_id: received.length - new Set(received.map(request => request.headers["webhook-id"])).size,
 			});
 
+			expect(sendTimes).toHaveLength(EVENTS);
 			expect(busiest).toBeLessThanOrEqual(Math.floor(LIMIT * 1.1));
 			// Nothing lost, nothing twice: each delivery answered 200 once, under one webhook-id.
 			expect(figures).toMatchObject({ expected: 2 * EVENTS, delivered: 2 * EVENTS, lost: 0, repeats: 0, failed_answers: 0, bad_signatures: 0, wrong_payloads: 0, split_deliveries: 0, unexpected: 0 });
@@ -227,12 +230,15 @@ describeCluster("cluster rate limit", () => {
 
 			const received = c.received(webhook);
 			const figures = orderFigures(c, webhook, orders);
-			const busiest = busiestSecondOf(received);
+			const sendTimes = await sendTimesOf(c, webhook);
+			const busiest = busiestSecondOf(sendTimes);
 			const span = spanSeconds(received, ORDERED_LIMIT);
 			printFigures("rate limit: ordering per order", {
 				limit: ORDERED_LIMIT,
-				busiest_second: busiest,
+				busiest_second_by_send_times: busiest,
 				bound: Math.floor(ORDERED_LIMIT * 1.1),
+				busiest_second_at_receiver: busiestSecondOf(received),
+				slowest_transit_ms: slowestTransit(received, sendTimes),
 				span_s: Number(span.toFixed(2)),
 				ideal_s: received.length / ORDERED_LIMIT,
 				span_over_ideal: Number((span / (received.length / ORDERED_LIMIT)).toFixed(3)),
@@ -240,6 +246,7 @@ describeCluster("cluster rate limit", () => {
 				...figures,
 			});
 
+			expect(sendTimes).toHaveLength(statuses + 1);
 			expect(busiest).toBeLessThanOrEqual(Math.floor(ORDERED_LIMIT * 1.1));
 			expect(figures).toMatchObject({ statuses, lost: 0, out_of_order: 0, older_after_newer: 0, repeats: 0, split_deliveries: 0, bad_signatures: 0, wrong_payloads: 0, requests: statuses + 1, failed_answers: 1 });
 			// Only the head that was answered 500 was attempted twice.
