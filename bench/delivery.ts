@@ -270,6 +270,9 @@ interface LatencyRound {
 	/** The whole machine's busy cores in each phase (every process: the producer, NATS, the database, the receivers too). */
 	startMachineCores: number;
 	steadyMachineCores: number;
+	/** TLS connections the receivers accepted in each phase: a handshake each for the sender. */
+	startConnections: number;
+	steadyConnections: number;
 	lost: number;
 }
 
@@ -285,13 +288,26 @@ function meanProbes(rounds: Probe[][]): Probe[] {
 }
 
 /** The rounds' samples pooled, with each round's own p99 beside them. */
-function pooled(rounds: LatencyRound[]): PhaseFigures & { rounds_p99_ms: { start: number[]; steady: number[] } } {
+function pooled(rounds: LatencyRound[]) {
 	const p99Of = (values: number[]) => latencyOf(values).p99_ms;
 	return {
 		start: { ...latencyOf(rounds.flatMap(r => r.start)), event_loop: meanProbes(rounds.map(r => r.startLoop)), machine_cores: meanOf(rounds.map(r => r.startMachineCores)) },
 		steady: { ...latencyOf(rounds.flatMap(r => r.steady)), event_loop: meanProbes(rounds.map(r => r.steadyLoop)), machine_cores: meanOf(rounds.map(r => r.steadyMachineCores)) },
 		lost: rounds.reduce((sum, r) => sum + r.lost, 0),
 		rounds_p99_ms: { start: rounds.map(r => p99Of(r.start)), steady: rounds.map(r => p99Of(r.steady)) },
+		rounds_connections: { start: rounds.map(r => r.startConnections), steady: rounds.map(r => r.steadyConnections) },
+		// Per round, the mean over the processes with sender threads (null for the relay, which has none).
+		rounds_steady_sender_utilization: rounds.map(r => {
+			const senders = r.steadyLoop.filter(probe => probe.sender_utilization !== undefined);
+			return senders.length ? round(mean(senders.map(probe => probe.sender_utilization ?? 0))) : null;
+		}),
+		// Per round, the service processes' cores in steady state, and their claims there (the
+		// dispatchers' totals since start, less those at the cut): how much went by the claim path.
+		rounds_steady_service_cores: rounds.map(r => round(r.steadyLoop.reduce((sum, probe) => sum + probe.cpu_cores, 0))),
+		rounds_steady_claims: rounds.map(r => {
+			const since = (field: "claims_due" | "claims_of_webhook") => r.steadyLoop.reduce((sum, probe, node) => sum + (probe[field] ?? 0) - (r.startLoop[node][field] ?? 0), 0);
+			return { due: since("claims_due"), of_webhook: since("claims_of_webhook") };
+		}),
 	};
 }
 
@@ -304,6 +320,8 @@ async function latency(send: (event: object) => Promise<void>, nodes: Array<Chil
 	await probeAll(nodes); // resets the event-loop histograms
 	const machineAtStart = readMachine();
 	let machineAtCut = machineAtStart;
+	const connectionsAtStart = receivers.connections;
+	let connectionsAtCut = connectionsAtStart;
 	const baseOk = receivers.ok;
 	const started = monotonicMs();
 	const total = Math.round(eventsPerSecond * (START_SECONDS + STEADY_SECONDS));
@@ -315,6 +333,7 @@ async function latency(send: (event: object) => Promise<void>, nodes: Array<Chil
 		if (!startProbe && elapsed >= START_SECONDS * 1000) {
 			startProbe = probeAll(nodes);
 			machineAtCut = readMachine();
+			connectionsAtCut = receivers.connections;
 		}
 		const due = Math.min(total, Math.floor((elapsed / 1000) * eventsPerSecond));
 		for (; sent < due; sent++) send(orderEvent({ sent_at: monotonicMs(), sent_wall: Date.now() })).catch(() => (failed += 1));
@@ -337,6 +356,8 @@ async function latency(send: (event: object) => Promise<void>, nodes: Array<Chil
 		steadyLoop,
 		startMachineCores: machineCoresBetween(machineAtStart, machineAtCut),
 		steadyMachineCores: machineCoresBetween(machineAtCut, machineAtEnd),
+		startConnections: connectionsAtCut - connectionsAtStart,
+		steadyConnections: receivers.connections - connectionsAtCut,
 		lost: Math.max(0, expected - receivers.ok) + failed * healthy,
 	};
 }

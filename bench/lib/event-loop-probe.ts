@@ -18,9 +18,11 @@ export interface ProbeFigures {
 	/** A dispatcher's claims of due rows since it started (from its metrics): how many, and their seconds in all. */
 	claims_due?: number;
 	claims_due_seconds?: number;
+	/** …and its claims of one webhook's rows (refills, probes) since it started. */
+	claims_of_webhook?: number;
 }
 
-export type SenderLoopReader = () => Promise<Pick<ProbeFigures, "sender_delay_p99_ms" | "sender_utilization" | "claims_due" | "claims_due_seconds">>;
+export type SenderLoopReader = () => Promise<Pick<ProbeFigures, "sender_delay_p99_ms" | "sender_utilization" | "claims_due" | "claims_due_seconds" | "claims_of_webhook">>;
 
 export function startEventLoopProbe(readSenderLoop?: SenderLoopReader): void {
 	const histogram = monitorEventLoopDelay({ resolution: 1 });

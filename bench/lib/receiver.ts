@@ -22,7 +22,7 @@ export const SLOW_MS = 100;
 export interface ReceiverReady {
 	ports: number[];
 }
-export type ReceiverMessage = { type: "count"; ok: number; repeats: number; slow: number; fail: number; okBytes: number; outOfOrder: number } | { type: "samples"; samples: Array<[number, number]> };
+export type ReceiverMessage = { type: "count"; ok: number; repeats: number; slow: number; fail: number; okBytes: number; outOfOrder: number; connections: number } | { type: "samples"; samples: Array<[number, number]> };
 
 export const monotonicMs = () => Number(process.hrtime.bigint()) / 1e6;
 
@@ -37,7 +37,8 @@ function main(): void {
 	const key = process.env.RECEIVER_KEY!;
 	const cert = process.env.RECEIVER_CERT!;
 	// okBytes: the HTTP request bytes of the "ok" answers (request line, headers, body; not TLS).
-	const counts = { ok: 0, repeats: 0, slow: 0, fail: 0, okBytes: 0, outOfOrder: 0 };
+	// connections: TLS connections accepted, every endpoint (each costs the client a handshake).
+	const counts = { ok: 0, repeats: 0, slow: 0, fail: 0, okBytes: 0, outOfOrder: 0, connections: 0 };
 	const okIds = new Set<string>();
 	// "ordered": the highest seq answered 200 per endpoint and order.
 	const lastSeq = new Map<string, number>();
@@ -92,13 +93,14 @@ function main(): void {
 
 	let listening = 0;
 	for (const server of servers) {
+		server.on("secureConnection", () => (counts.connections += 1));
 		server.listen(0, "127.0.0.1", () => {
 			listening += 1;
 			if (listening === servers.length) process.send!({ ports: servers.map(s => (s.address() as AddressInfo).port) } satisfies ReceiverReady);
 		});
 	}
 	setInterval(() => {
-		const total = counts.ok + counts.repeats + counts.slow + counts.fail + counts.outOfOrder;
+		const total = counts.ok + counts.repeats + counts.slow + counts.fail + counts.outOfOrder + counts.connections;
 		if (total === reported) return;
 		reported = total;
 		process.send!({ type: "count", ...counts } satisfies ReceiverMessage);

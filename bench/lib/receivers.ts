@@ -15,13 +15,15 @@ export class Receivers {
 	fail = 0;
 	/** "ordered" endpoints: statuses that arrived after a later status of their order. */
 	outOfOrder = 0;
+	/** TLS connections accepted by any endpoint, since the start. */
+	connections = 0;
 	private waiters: Array<{ count: number; resolve(): void }> = [];
 	private sampleRequests: Array<(samples: Array<[number, number]>) => void> = [];
 
 	constructor(readonly child: ChildServer<ReceiverReady>) {
 		child.process.on("message", (message: ReceiverMessage) => {
 			if (message.type === "count") {
-				({ ok: this.ok, repeats: this.repeats, slow: this.slow, fail: this.fail, okBytes: this.okBytes, outOfOrder: this.outOfOrder } = message);
+				({ ok: this.ok, repeats: this.repeats, slow: this.slow, fail: this.fail, okBytes: this.okBytes, outOfOrder: this.outOfOrder, connections: this.connections } = message);
 				const waiting = this.waiters;
 				this.waiters = waiting.filter(waiter => waiter.count > this.ok);
 				for (const waiter of waiting) if (waiter.count <= this.ok) waiter.resolve();
