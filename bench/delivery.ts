@@ -255,10 +255,16 @@ function latencyOf(values: number[]): LatencyFigures {
 	return { samples: sorted.length, p50_ms: round(percentile(sorted, 50)), p99_ms: round(percentile(sorted, 99)), max_ms: round(sorted[sorted.length - 1] ?? NaN) };
 }
 
-interface PhaseFigures {
+/** The rounds pooled, and what each round showed on its own. */
+interface PooledRounds {
 	start: LatencyFigures & { event_loop: Probe[]; machine_cores: number };
 	steady: LatencyFigures & { event_loop: Probe[]; machine_cores: number };
 	lost: number;
+	rounds_p99_ms: { start: number[]; steady: number[] };
+	rounds_connections: { start: number[]; steady: number[] };
+	rounds_steady_sender_utilization: Array<number | null>;
+	rounds_steady_service_cores: number[];
+	rounds_steady_claims: Array<{ due: number; of_webhook: number }>;
 }
 
 /** One round's latencies (ms) and event-loop probes, before pooling. */
@@ -288,7 +294,7 @@ function meanProbes(rounds: Probe[][]): Probe[] {
 }
 
 /** The rounds' samples pooled, with each round's own p99 beside them. */
-function pooled(rounds: LatencyRound[]) {
+function pooled(rounds: LatencyRound[]): PooledRounds {
 	const p99Of = (values: number[]) => latencyOf(values).p99_ms;
 	return {
 		start: { ...latencyOf(rounds.flatMap(r => r.start)), event_loop: meanProbes(rounds.map(r => r.startLoop)), machine_cores: meanOf(rounds.map(r => r.startMachineCores)) },
