@@ -63,7 +63,7 @@ const parts = [
 	ResultsMixin,
 	// claimDue, claimBatch, claimRefills (a waiting webhook's own rows), schedulePoll
 	ClaimsMixin,
-	// parking: recheckParked, resumeParked, cancelPending
+	// parking: parkPending, recheckParked, resumeParked, cancelPending
 	ParkingMixin,
 	// actions testWebhook, listDeliveries, getDelivery, retryDelivery
 	DeliveryLogMixin,
@@ -73,7 +73,7 @@ const parts = [
 	DispatcherBacklogMixin,
 	// actions locateDelivery, failedDeliveriesSince (the operators' REPL commands)
 	DispatcherOperatorMixin,
-	// action recover; events webhooks.updated / disabled; noteOutcome, disableWebhook, parkPending
+	// action recover; events webhooks.updated / disabled; noteOutcome, disableWebhook
 	LifecycleMixin,
 	// ordering per order: promotion of a queue's next delivery, event webhooks.updated (ordering "none"), waitingForOf
 	OrderQueuesMixin,

@@ -185,26 +185,6 @@ export const LifecycleMixin: DispatcherMixin = {
 			}
 		},
 
-		/**
-		 * Parks a disabled webhook's pending deliveries now, so that none shows a next attempt.
-		 * A row under a live lease keeps its lease_id: the attempt in flight still writes its
-		 * result, and the result write sees the row parked and keeps it so (a retry it would have
-		 * scheduled waits for the webhook instead). Without that, an attempt that ended just after
-		 * the disable left a pending retry behind, due while the webhook was off.
-		 */
-		async parkPending(this: DispatcherThis, webhookId: string): Promise<number> {
-			const now = nowIso();
-			// Waiting rows stay as they are: their queue's head is parked, and holds them.
-			return this.db("deliveries")
-				.where({ webhook_id: webhookId, status: "pending", parked: false, waiting: false })
-				.update({
-					parked: true,
-					next_attempt_at: null,
-					lease_id: this.db.raw("CASE WHEN next_attempt_at > ? THEN lease_id ELSE NULL END", [now]),
-					updated_at: now,
-				});
-		},
-
 		/** Persists a webhook:disabled message and one delivery per subscribed webhook of the customer. */
 		async notifyDisabled(this: DispatcherThis, notice: WebhookDisabledEvent): Promise<void> {
 			const subscribers = await lookUpSubscribers(this.broker, notice.customerId, WEBHOOK_DISABLED.topic);

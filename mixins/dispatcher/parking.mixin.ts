@@ -1,12 +1,33 @@
 // Dispatcher parking: what becomes of the pending deliveries of a webhook that is disabled or
-// removed. lifecycle.mixin.ts parks them when the webhook is disabled (parkPending); here they
-// resume once it is active again (worker.mixin.ts on webhooks.updated, or the poll's recheck in
-// claims.mixin.ts, in case that event was missed), and a removed webhook's are cancelled.
+// removed. They are parked when the webhook is disabled (parkPending, called by lifecycle.mixin.ts
+// on webhooks.updated and when it disables a failing webhook); they resume once it is active
+// again (worker.mixin.ts on webhooks.updated, or the poll's recheck in claims.mixin.ts, in case
+// that event was missed), and a removed webhook's are cancelled.
 import { nowIso } from "../db.mixin";
 import { resolveWebhooks, type DispatcherMixin, type DispatcherThis } from "./shared";
 
 export const ParkingMixin: DispatcherMixin = {
 	methods: {
+		/**
+		 * Parks a disabled webhook's pending deliveries now, so that none shows a next attempt.
+		 * A row under a live lease keeps its lease_id: the attempt in flight still writes its
+		 * result, and the result write sees the row parked and keeps it so (a retry it would have
+		 * scheduled waits for the webhook instead). Without that, an attempt that ended just after
+		 * the disable left a pending retry behind, due while the webhook was off.
+		 */
+		async parkPending(this: DispatcherThis, webhookId: string): Promise<number> {
+			const now = nowIso();
+			// Waiting rows stay as they are: their queue's head is parked, and holds them.
+			return this.db("deliveries")
+				.where({ webhook_id: webhookId, status: "pending", parked: false, waiting: false })
+				.update({
+					parked: true,
+					next_attempt_at: null,
+					lease_id: this.db.raw("CASE WHEN next_attempt_at > ? THEN lease_id ELSE NULL END", [now]),
+					updated_at: now,
+				});
+		},
+
 		/** Parked deliveries whose webhook is active again resume; those of deleted webhooks end. */
 		async recheckParked(this: DispatcherThis): Promise<void> {
 			try {
