@@ -96,7 +96,14 @@ describeCluster("cluster faults", () => {
 		// the paced producer and had delivered all it sent).
 		let held: Promise<void> | null = null;
 		let releaseHeld = () => {};
-		cluster = await Cluster.start({ label: "f2-nats-restart", respond: () => (held ? held.then(() => ({ status: 200 })) : { status: 200, delayMs: 10 }) });
+		// MAIL_CONCURRENCY 16, not 4: with 4, the preference lookups lost in the outage held every
+		// slot until their 10 s timeout, nothing was sent for 4 s after NATS came back, and then each
+		// email still waited ~0.1 s for the test SMTP server's greeting, four at a time.
+		cluster = await Cluster.start({
+			label: "f2-nats-restart",
+			respond: () => (held ? held.then(() => ({ status: 200 })) : { status: 200, delayMs: 10 }),
+			env: { MAIL_CONCURRENCY: "16" },
+		});
 		await withClusterLogs(cluster, async () => {
 			const c = cluster!;
 			await c.startRoles(["gateway", "gateway"], ["dispatcher", "dispatcher-1"], ["dispatcher", "dispatcher-2"], ["notifier", "notifier"]);
@@ -105,7 +112,12 @@ describeCluster("cluster faults", () => {
 			const after = events(100, "f2-after");
 			const producer = await c.producer();
 			// Paced, so that NATS goes away while events are still being sent, taken in and delivered.
-			const sending = c.send(before, { producer, concurrency: 2, gapMs: 20 });
+			// Once every node is back the pace has done its work: the rest go out unpaced. A send made
+			// while NATS was away gets no acknowledgement; it is given up after 2 s rather than nats.js's
+			// 5 s and sent again (its event_id makes a stored copy harmless): with 5 s, the producer
+			// still waited on such a send for 4-5 s after the recovery.
+			let gapMs = 20;
+			const sending = c.send(before, { producer, concurrency: 2, gapMs: () => gapMs, publishTimeoutMs: 2_000 });
 			await eventually(() => c.deliveredCount([webhook]), count => count >= 40, "the first deliveries");
 			held = new Promise(resolve => (releaseHeld = resolve));
 			// Only a request that came after this is held: one from before answers within 10 ms, and
@@ -119,11 +131,15 @@ describeCluster("cluster faults", () => {
 			const inFlightAtStop = c.receiver.requests.filter(request => request.answeredStatus === undefined).length;
 			held = null;
 			releaseHeld();
-			// While NATS is gone, every node says so on /health.
-			for (const role of c.roles.values()) await eventually(() => role.health(), health => health?.status === 503, `${role.name} to report the outage`, 20_000);
+			// While NATS is gone, every node says so on /health. The nodes are asked side by side: a
+			// health check during the outage waits out its 1 s PING, so asking one after another added
+			// a second per node to the outage and to the recovery.
+			const roles = [...c.roles.values()];
+			await Promise.all(roles.map(role => eventually(() => role.health(), health => health?.status === 503, `${role.name} to report the outage`, 20_000)));
 			await sleep(5_000);
 			await c.nats.start();
-			for (const role of c.roles.values()) await eventually(() => role.health(), health => health?.status === 200, `${role.name} to recover`, 60_000);
+			await Promise.all(roles.map(role => eventually(() => role.health(), health => health?.status === 200, `${role.name} to recover`, 60_000)));
+			gapMs = 0;
 
 			// The producer sends what it could not, and intake works again for new events.
 			let sent = await sending;
@@ -190,7 +206,8 @@ describeCluster("cluster faults", () => {
 	}, 240_000);
 
 	it("fault 4: a fresh JetStream store, events sent before any dispatcher or notifier ever ran", async () => {
-		cluster = await Cluster.start({ label: "f4-fresh-store" });
+		// MAIL_CONCURRENCY 16, not 4: each email waits ~0.1 s for the test SMTP server's greeting.
+		cluster = await Cluster.start({ label: "f4-fresh-store", env: { MAIL_CONCURRENCY: "16" } });
 		await withClusterLogs(cluster, async () => {
 			const c = cluster!;
 			// Only the gateway has run: it alone provisioned the stream and both consumer groups.
@@ -239,6 +256,9 @@ describeCluster("cluster faults", () => {
 			const leasedAtKill = Number((await c.db("email_outbox").where({ status: "pending" }).whereNotNull("lease_owner").count({ count: "*" }))[0].count);
 			// The server saw the dead client go and abandoned what it held.
 			await eventually(() => c.smtp.abandoned.length, abandoned => abandoned > 0, "the held emails to be abandoned");
+			// The kill has landed: the ~100 emails left need no slowing down (30 ms each, four at a
+			// time, was ~0.75 s of the restarted notifier's ~5 s).
+			c.smtp.setAcceptDelay(0);
 			c.smtp.setHold(false);
 			c.smtp.releaseHeld();
 			const sent = await sending;
@@ -288,8 +308,9 @@ describeCluster("cluster faults", () => {
 			await c.role("dispatcher").kill("SIGKILL");
 			const scheduled = new Map(firstFailures.map(row => [`msg_${row.id}`, new Date(row.next_attempt_at!).getTime()]));
 			const latestDue = Math.max(...scheduled.values());
-			// Stay down until every retry is overdue.
-			await sleep(Math.max(0, latestDue - Date.now()) + 1_000);
+			// Stay down until every retry is overdue (a moment past the latest; the restart itself
+			// takes seconds more).
+			await sleep(Math.max(0, latestDue - Date.now()) + 200);
 			expect(c.deliveredCount([webhook])).toBe(0);
 			const restartedAt = Date.now();
 			await c.restart("dispatcher");

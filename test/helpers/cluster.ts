@@ -400,11 +400,22 @@ export class Cluster {
 	 * producers to: a rejection (a timeout just after NATS came back, say) does not prove the
 	 * event was not stored, which is why every event carries its event_id. Returns how many
 	 * events were sent; `sendRetries` counts the sends that had to be repeated. `gapMs` paces
-	 * each of the `concurrency` senders, so that a fault can land while events still come in.
+	 * each of the `concurrency` senders, so that a fault can land while events still come in; as a
+	 * function it is asked before each gap, so that a test can stop pacing once the fault is over.
+	 * `publishTimeoutMs` bounds the wait for JetStream's acknowledgement of one send (nats.js: 5 s).
 	 */
-	async send(events: TaskingOrderStatusInput[], options: { producer?: ServiceBroker; concurrency?: number; gapMs?: number } = {}): Promise<number> {
+	async send(
+		events: TaskingOrderStatusInput[],
+		options: { producer?: ServiceBroker; concurrency?: number; gapMs?: number | (() => number); publishTimeoutMs?: number } = {},
+	): Promise<number> {
 		const broker = options.producer ?? this.producers[0] ?? (await this.producer());
-		const sendToChannel = (payload: unknown) => (broker as unknown as { sendToChannel(name: string, payload: unknown): Promise<void> }).sendToChannel(TASKING_ORDER_STATUS_EVENT, payload);
+		// A fresh options object per send: the channels adapter may add to the one it is given.
+		const sendToChannel = (payload: unknown) =>
+			(broker as unknown as { sendToChannel(name: string, payload: unknown, options?: object): Promise<void> }).sendToChannel(
+				TASKING_ORDER_STATUS_EVENT,
+				payload,
+				options.publishTimeoutMs ? { timeout: options.publishTimeoutMs } : undefined,
+			);
 		const concurrency = options.concurrency ?? 50;
 		let next = 0;
 		let sent = 0;
@@ -423,7 +434,8 @@ export class Cluster {
 				}
 				sent += 1;
 				this.sentSoFar += 1;
-				if (options.gapMs) await sleep(options.gapMs);
+				const gapMs = typeof options.gapMs === "function" ? options.gapMs() : options.gapMs;
+				if (gapMs) await sleep(gapMs);
 			}
 		};
 		await Promise.all(Array.from({ length: Math.min(concurrency, events.length) }, worker));
