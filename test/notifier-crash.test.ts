@@ -70,6 +70,9 @@ class CrashCluster {
 	async start(): Promise<void> {
 		this.smtp = await startSmtpServer();
 		this.childDataDir = fs.mkdtempSync(path.join(os.tmpdir(), "swh-notifier-child-"));
+		// The child starts while this test's broker does (its start-up, 2-3 s of loading on a busy
+		// machine, came after the broker's); it is waited for below, once the broker can see it.
+		this.current = this.spawnNotifier();
 		this.stack = await startStack({
 			database: this.database,
 			services: ["api", "topics", "users"],
@@ -81,7 +84,6 @@ class CrashCluster {
 			body: { notifications: [{ category: "tasking", settings: [{ topic: "tasking:order_status", email: true }] }] },
 		});
 		expect(settings.status).toBe(200);
-		this.current = this.spawnNotifier();
 		await this.waitForNode(this.current);
 	}
 
