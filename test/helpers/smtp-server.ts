@@ -107,6 +107,15 @@ export async function startSmtpServer(options: SmtpServerOptions = {}): Promise<
 		for (const release of held.get(sessionId) ?? []) release();
 		held.delete(sessionId);
 	};
+	// smtp-server unpipes a message's data stream when its client goes away mid-DATA, and the
+	// stream then never ends: its read is ended here instead, or inProgress() stayed above 0 for
+	// good (the crash test then waited out its whole 60 s bound for "nothing on its way").
+	const cutReads = new Map<string, () => void>();
+	const readData = (stream: NodeJS.ReadableStream, sessionId: string) =>
+		new Promise<string>((resolve, reject) => {
+			cutReads.set(sessionId, () => reject(new Error("client went away during DATA")));
+			collect(stream).then(resolve, reject);
+		}).finally(() => cutReads.delete(sessionId));
 	let port = 0;
 	let server: SMTPServer | undefined;
 
@@ -124,13 +133,14 @@ export async function startSmtpServer(options: SmtpServerOptions = {}): Promise<
 		onClose(session: SMTPServerSession) {
 			closedSessions.add(session.id);
 			releaseSession(session.id);
+			cutReads.get(session.id)?.();
 		},
 		onData(stream, session, callback) {
 			busy += 1;
 			events.emit("data-started");
 			void (async () => {
 				try {
-					const raw = await collect(stream);
+					const raw = await readData(stream, session.id);
 					const messageId = headerValue(raw, "Message-ID");
 					const offer = (offers.get(messageId) ?? 0) + 1;
 					offers.set(messageId, offer);
