@@ -15,3 +15,6 @@ export interface GatewayMeta {
 	$responseHeaders?: Record<string, string>;
 	$responseType?: string;
 }
+
+/** The part of the meta that services scoped to the caller's customer read (webhooks, dispatcher). */
+export type TenantMeta = Pick<GatewayMeta, "customerId">;

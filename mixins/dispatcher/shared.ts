@@ -18,7 +18,7 @@ import type { WebhookHealth } from "./lifecycle.mixin";
 import type { WrittenEvents } from "./intake.mixin";
 import type { OrderQueue } from "./order-queues.mixin";
 import type { RateSlots } from "../../lib/rate-slots";
-import type { GatewayMeta } from "../../lib/gateway-meta";
+import type { TenantMeta } from "../../lib/gateway-meta";
 
 // One lease budget, for intake and claims alike (queued + in flight): a webhook may hold
 // DELIVERY_WEBHOOK_CONCURRENCY x WEBHOOK_LEASE_FACTOR leases, an instance DELIVERY_CONCURRENCY x
@@ -203,8 +203,7 @@ export interface IntakeItem {
 
 export type EventSource = "event" | "publish" | "channel";
 
-/** The part of the call's meta this service reads: the gateway puts the caller's customer there. */
-export type TenantMeta = Pick<GatewayMeta, "customerId">;
+export type { TenantMeta };
 
 export type DispatcherThis = DbServiceThis & {
 	sender: DeliverySender;
@@ -319,6 +318,7 @@ export type DispatcherThis = DbServiceThis & {
 	stopWaiting(webhookId: string): void;
 	schedulePoll(): void;
 	// parking.mixin.ts
+	parkPending(webhookId: string): Promise<number>;
 	recheckParked(): Promise<void>;
 	resumeParked(webhookId: string): Promise<void>;
 	cancelPending(webhookId: string): Promise<number>;
@@ -330,7 +330,6 @@ export type DispatcherThis = DbServiceThis & {
 	noteOutcome(webhookId: string, outcome: DeliveryOutcome, attemptCount: number): void;
 	flushHealth(): Promise<void>;
 	disableWebhook(webhookId: string, reason: "gone" | "failing"): Promise<void>;
-	parkPending(webhookId: string): Promise<number>;
 	notifyDisabled(notice: WebhookDisabledEvent): Promise<void>;
 	// delivery-log.mixin.ts
 	customerOf(ctx: Context<unknown, TenantMeta>): string;

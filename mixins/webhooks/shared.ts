@@ -7,7 +7,7 @@ import type { AllowList } from "../../lib/address-ranges";
 import type { SqliteReadCache } from "../../lib/sqlite-read-cache";
 import type { counter } from "../../lib/metrics";
 import type { FieldProblem } from "../../lib/errors";
-import type { GatewayMeta } from "../../lib/gateway-meta";
+import type { TenantMeta } from "../../lib/gateway-meta";
 import type { DisabledReason, Subscriber, WebhookOrdering, WebhookView } from "../../lib/schemas/webhooks";
 
 // What a listing reads: everything `present` needs and nothing secret.
@@ -36,8 +36,7 @@ export interface WebhookRow {
 	updated_at: string;
 }
 
-/** The part of the call's meta this service reads: the gateway puts the caller's customer there. */
-export type TenantMeta = Pick<GatewayMeta, "customerId">;
+export type { TenantMeta };
 
 export type WebhooksThis = DbServiceThis & {
 	allowList: AllowList;
