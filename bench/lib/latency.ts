@@ -79,7 +79,7 @@ export function pooled(rounds: LatencyRound[]): PooledRounds {
 		// Per round, the mean over the processes with sender threads (null for the relay, which has none).
 		rounds_steady_sender_utilization: rounds.map(r => {
 			const senders = r.steadyLoop.filter(probe => probe.sender_utilization !== undefined);
-			return senders.length ? round(mean(senders.map(probe => probe.sender_utilization ?? 0))) : null;
+			return senders.length ? meanOf(senders.map(probe => probe.sender_utilization ?? 0)) : null;
 		}),
 		// Per round, the service processes' cores in steady state, and their claims there (the
 		// dispatchers' totals since start, less those at the cut): how much went by the claim path.

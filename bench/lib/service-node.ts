@@ -24,9 +24,10 @@ function senderLoopOf(broker: ServiceBroker): SenderLoopReader {
 	return async () => {
 		const delays = await valuesOf("webhook_sender_event_loop_delay_p99_seconds");
 		const busy = await valuesOf("webhook_sender_event_loop_utilization");
-		const claimsOf = async (suffix: string, kind = "due") =>
-			(await samplesOf("webhook_delivery_claim_seconds")).find(sample => (sample as { metricName?: string }).metricName === `webhook_delivery_claim_seconds_${suffix}` && sample.labels.kind === kind)?.value ?? 0;
-		const claims = { claims_due: await claimsOf("count"), claims_due_seconds: await claimsOf("sum"), claims_of_webhook: await claimsOf("count", "webhook") };
+		const claimSamples = await samplesOf("webhook_delivery_claim_seconds");
+		const claimsOf = (suffix: string, kind: string) =>
+			claimSamples.find(sample => (sample as { metricName?: string }).metricName === `webhook_delivery_claim_seconds_${suffix}` && sample.labels.kind === kind)?.value ?? 0;
+		const claims = { claims_due: claimsOf("count", "due"), claims_due_seconds: claimsOf("sum", "due"), claims_of_webhook: claimsOf("count", "webhook") };
 		if (delays.length === 0) return claims;
 		return { sender_delay_p99_ms: Math.round(Math.max(...delays) * 1e5) / 100, sender_utilization: Math.round(Math.max(...busy) * 100) / 100, ...claims };
 	};
