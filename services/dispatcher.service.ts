@@ -110,7 +110,6 @@ const DispatcherService: ServiceSchema<ServiceSettingSchema, DispatcherThis> = {
 		this.waitingWebhooks = new Set();
 		this.refills = new Set();
 		this.shortRefills = new Set();
-		this.pollClaim = false;
 		this.scanFrom = null;
 		this.claimSeq = 0;
 		this.requestedAt = 0;

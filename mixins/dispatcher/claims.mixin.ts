@@ -53,8 +53,6 @@ export const ClaimsMixin: DispatcherMixin = {
 		},
 
 		async claimUntilFull(this: DispatcherThis): Promise<void> {
-			const fromPoll = this.pollClaim;
-			this.pollClaim = false;
 			try {
 				while (!this.stopping) {
 					// Probes first, each in a statement of its own: a probe is the only way a failing
@@ -71,41 +69,15 @@ export const ClaimsMixin: DispatcherMixin = {
 					const seqBefore = this.claimSeq;
 					const startedAt = Date.now();
 					const dueSince = this.scanFrom;
-					const waitingBefore = new Set(this.waitingWebhooks);
 					const { leased, filledWebhooks } = this.takeClaimed(await this.claimBatch(limit, dueSince));
-					// Every row it took is of a webhook whose refills take its pile by its own index; another
-					// claim of all due rows would read past those piles again for little else (run by each
-					// finished delivery of a burst of 100,000, the cluster's PostgreSQL read 470-490 rows per
-					// delivery). The poll's periodic pass goes on until full, so that rows due behind the
-					// piles (a retry, an abandoned lease) wait FULL_SCAN_POLLS polls at most.
-					if (!fromPoll && leased.length > 0 && this.requestedAt <= seqBefore && leased.every(delivery => waitingBefore.has(delivery.webhookId))) {
-						this.backlog = false;
-						return;
-					}
-					// Fewer than asked, and no webhook stopped at its share: nothing else is due (for
-					// now: the webhooks at their share are refilled as they free up).
+					// Fewer than asked, and no webhook stopped at its share: nothing else is due but the
+					// waiting webhooks' piles, which their refills take by their own index.
 					if (leased.length === 0 || (leased.length < limit && filledWebhooks.length === 0)) {
-						// A claim that read only rows due since the last drained one cannot tell whether the
-						// waiting webhooks have older rows left, and they usually have: their piles are what
-						// such a claim reads past. Released, a webhook's pile waited for the poll's claim of
-						// all due rows, 10 polls later; in the backlog benchmark every webhook stopped for
-						// 8-9 s at a time, and a burst of 20,000 drained at 571/s against 2,500-4,000/s for
-						// bursts of 5,000. They stay waiting, for their own refills. A claim asked for
-						// meanwhile (markBacklog, which reads all due rows) runs at the next turn.
-						if (dueSince !== null) {
-							if (this.requestedAt <= seqBefore) {
-								this.backlog = false;
-								return;
-							}
-						} else if (this.releaseDrained(seqBefore)) {
+						// A claim asked for meanwhile (markBacklog: rows freed or added) reads all due rows
+						// at the next turn; otherwise the poll's next claims read only rows due since this one.
+						if (this.requestedAt <= seqBefore) {
 							this.backlog = false;
-							// What a drained claim left due was excluded webhooks' piles, which refills take
-							// by their own index. Read past on every claim, they cost SQLite its event loop
-							// (a slow neighbour's pile made the poll's claim grow from 6 to 20 ms within
-							// 25 s) and PostgreSQL most of its CPU in a backlog: the claims of a burst of
-							// 100,000 read 186 rows per delivery (47 ms a claim, 144 µs of PostgreSQL per
-							// delivery, 357 rows and 189 µs in the cluster).
-							this.scanFrom = startedAt - SCAN_MARGIN_MS;
+							if (dueSince === null) this.scanFrom = startedAt - SCAN_MARGIN_MS;
 							return;
 						}
 					}
@@ -151,27 +123,6 @@ export const ClaimsMixin: DispatcherMixin = {
 			}
 		},
 
-		/**
-		 * After a claim that found nothing more to take: the waiting webhooks it could take rows of
-		 * have none left, so intake may lease their new rows again. Not those whose rows intake left
-		 * while the claim ran (its statement may not have seen them): then, and when a claim was
-		 * requested meanwhile, this answers false and the caller claims once more.
-		 */
-		releaseDrained(this: DispatcherThis, seqBefore: number): boolean {
-			const share = this.webhookShare();
-			let raced = this.requestedAt > seqBefore;
-			for (const webhookId of this.waitingWebhooks) {
-				// At its share it was left out of the claim; with an open breaker it waits for probes.
-				if ((this.heldByWebhook.get(webhookId) ?? 0) >= share || this.breakers.isOpen(webhookId)) continue;
-				if (this.leftRowsSince(webhookId, seqBefore)) {
-					raced = true;
-					continue;
-				}
-				this.stopWaiting(webhookId);
-			}
-			return !raced;
-		},
-
 		/** Counts a claim's leases as held and hands them to the worker. */
 		takeClaimed(this: DispatcherThis, batch: ClaimedBatch): ClaimedBatch {
 			for (const webhookId of batch.filledWebhooks) this.waitingWebhooks.add(webhookId);
@@ -192,6 +143,11 @@ export const ClaimsMixin: DispatcherMixin = {
 		 * and the healthy webhooks' deliveries would wait until that pile was worked off.
 		 * Webhooks with an open breaker are left out: their probes are claimed one by one
 		 * (claimRowsOf), and their piles of due retries would hide other rows from the look-ahead.
+		 * So are waiting webhooks: their refills take their piles by their own index. Taken here,
+		 * in a burst of 100,000 in the cluster, the poll's pass claimed them 500 at a time until
+		 * the burst had drained, each claim reading past every other pile (188 claims of 169 ms,
+		 * 273 rows read and 368 µs of PostgreSQL per delivery; 58 claims of 36 ms, 137 rows and
+		 * 284 µs without them).
 		 */
 		async claimBatch(this: DispatcherThis, limit: number, dueSince: number | null = null): Promise<ClaimedBatch> {
 			const timer = this.metrics.claims.startTimer({ kind: "due" });
@@ -210,8 +166,9 @@ export const ClaimsMixin: DispatcherMixin = {
 			const saturated: string[] = [];
 			const partly: Array<[string, number]> = [];
 			for (const { webhookId } of this.breakers.open(now)) saturated.push(webhookId);
+			for (const webhookId of this.waitingWebhooks) if (!this.breakers.isOpen(webhookId)) saturated.push(webhookId);
 			for (const [webhookId, count] of this.heldByWebhook) {
-				if (this.breakers.isOpen(webhookId)) continue;
+				if (this.breakers.isOpen(webhookId) || this.waitingWebhooks.has(webhookId)) continue;
 				if (count >= share) saturated.push(webhookId);
 				else partly.push([webhookId, share - count]);
 			}
@@ -372,9 +329,11 @@ export const ClaimsMixin: DispatcherMixin = {
 			if (this.stopping) return;
 			this.pollTimer = setTimeout(async () => {
 				this.polls += 1;
+				// Claims of due rows leave waiting webhooks' piles to their refills, asked for as each
+				// crosses half its share; one whose refill was lost (its statement failed) is asked again.
+				for (const webhookId of this.waitingWebhooks) if (this.wantsRefill(webhookId)) this.refills.add(webhookId);
 				// Retries come due by the clock: the poll claims whatever became due since its last claim.
 				if (this.polls % FULL_SCAN_POLLS === 0) {
-					this.pollClaim = true;
 					await this.claimDue();
 				} else {
 					this.backlog = true;

@@ -254,8 +254,6 @@ export type DispatcherThis = DbServiceThis & {
 	refills: Set<string>;
 	/** Waiting webhooks whose refill the instance had no room for: refilled once it has (roomFreed). */
 	shortRefills: Set<string>;
-	/** The poll's periodic claim of all due rows asked for a pass: it claims until full, whoever's rows it finds (claimUntilFull). */
-	pollClaim: boolean;
 	pollTimer: NodeJS.Timeout | null;
 	polls: number;
 	metrics: {
@@ -302,7 +300,6 @@ export type DispatcherThis = DbServiceThis & {
 	claimUntilFull(): Promise<void>;
 	claimBatch(limit: number, dueSince?: number | null): Promise<ClaimedBatch>;
 	claimDueRows(limit: number, dueSince: number | null): Promise<ClaimedBatch>;
-	releaseDrained(seqBefore: number): boolean;
 	claimPass(): Promise<void>;
 	claimRefills(): Promise<void>;
 	claimRowsOf(webhookId: string, limit: number, newest?: boolean): Promise<ClaimedBatch>;
