@@ -17,6 +17,9 @@ const REFILLED = "44444444-4444-4444-8444-444444444444";
 const LATE = "55555555-5555-4555-8555-555555555555";
 const CROWDED = "66666666-6666-4666-8666-666666666666";
 const WAITING = "77777777-7777-4777-8777-777777777777";
+const FORGOTTEN = "88888888-8888-4888-8888-888888888888";
+const REFILL_ONLY = "99999999-9999-4999-8999-999999999999";
+const BESIDE = "aaaaaaaa-aaaa-4aaa-8aaa-aaaaaaaaaaaa";
 
 interface ClaimingService {
 	claimBatch(limit: number, dueSince?: number | null): Promise<ClaimedBatch>;
@@ -173,6 +176,23 @@ describe.each(testDatabases())("claims on %s", database => {
 		expect(await stack.db("deliveries").where({ webhook_id: REFILLED }).whereNull("lease_id").pluck("id")).toEqual([oldestFirst[10]]);
 	});
 
+	it("leaves a waiting webhook's pile to its refill", async () => {
+		// Its rows are taken by its own index; a claim of all due rows that took them read past every
+		// other pile each time (in a burst of 100,000 in the cluster: 273 rows read per delivery).
+		await seedDue(stack.db, REFILL_ONLY, 6, 60_000);
+		await seedDue(stack.db, BESIDE, 2, 1_000);
+		dispatcher.cacheTarget(REFILL_ONLY, inactiveTarget(REFILL_ONLY));
+		dispatcher.waitingWebhooks.add(REFILL_ONLY);
+		try {
+			const { leased } = await dispatcher.claimBatch(32);
+			expect(leased.map(delivery => delivery.webhookId)).toEqual([BESIDE, BESIDE]);
+			const refill = await dispatcher.claimRowsOf(REFILL_ONLY, 16);
+			expect(refill.leased).toHaveLength(6);
+		} finally {
+			dispatcher.waitingWebhooks.delete(REFILL_ONLY);
+		}
+	});
+
 	it("keeps a webhook waiting for its refill when the poll's claim read only newer rows", async () => {
 		// Between half its share and its share, a webhook is refilled only once it crosses half; its
 		// pile is older than what the poll's claim reads on SQLite. Let go here, the pile would wait
@@ -261,6 +281,17 @@ describe.each(testDatabases())("the poll's claim on %s", database => {
 		dispatcher = stack.app.broker.getLocalService("dispatcher") as unknown as ClaimingService;
 	});
 	afterAll(() => stack?.stop());
+
+	it("asks again for the refill of a waiting webhook that has none coming", async () => {
+		// A refill is asked for as a waiting webhook crosses half its share; one lost (its statement
+		// failed) would leave the webhook's rows to nothing, since claims of all due rows leave them out.
+		await seedDue(stack.db, FORGOTTEN, 3, 1_000);
+		dispatcher.cacheTarget(FORGOTTEN, inactiveTarget(FORGOTTEN));
+		dispatcher.waitingWebhooks.add(FORGOTTEN);
+		const parked = async () => Number((await stack.db("deliveries").where({ webhook_id: FORGOTTEN, parked: true }).count({ count: "*" }))[0].count);
+		await waitUntil(parked, count => count === 3, "the forgotten webhook's rows to be refilled (and parked)");
+		await waitUntil(() => dispatcher.waitingWebhooks.has(FORGOTTEN), waiting => !waiting, "the drained webhook to stop waiting");
+	});
 
 	it("reads only rows due since its last drained claim, and all due rows every 10th poll", async () => {
 		// What a drained claim leaves due is excluded webhooks' piles, refilled by their own index;
