@@ -1,8 +1,9 @@
 // Dispatcher claims: how deliveries that intake did not hand straight to the worker get sent.
 // A poll loop (and claimSoon, whenever capacity frees up while a backlog waits) leases due rows:
-// retries whose time has come, deliveries intake could not lease because the worker was full,
-// and rows whose lease another instance abandoned. A webhook whose new rows intake left in the
-// database (it held its share) is refilled from its own rows as it frees half of its share.
+// retries whose time has come, rows whose lease another instance abandoned, and rows of webhooks
+// not waiting here. A webhook whose new rows intake left in the database (it held its share, or
+// the worker was full) waits: it is refilled from its own rows, in order, as it frees half of its
+// share, until a refill finds none left.
 // A lease moves next_attempt_at to the lease expiry and sets a lease_id, so an abandoned lease
 // just makes the row due again.
 // PostgreSQL claims with FOR UPDATE SKIP LOCKED; SQLite has a single writer.
@@ -163,16 +164,17 @@ export const ClaimsMixin: DispatcherMixin = {
 			const leaseId = crypto.randomUUID();
 			const leaseExpiresAt = now + this.config.DELIVERY_LEASE;
 			const share = this.webhookShare();
-			const saturated: string[] = [];
+			// Open breakers (probes), waiting webhooks (refills) and webhooks at their share.
+			const leftOut: string[] = [];
 			const partly: Array<[string, number]> = [];
-			for (const { webhookId } of this.breakers.open(now)) saturated.push(webhookId);
-			for (const webhookId of this.waitingWebhooks) if (!this.breakers.isOpen(webhookId)) saturated.push(webhookId);
+			for (const { webhookId } of this.breakers.open(now)) leftOut.push(webhookId);
+			for (const webhookId of this.waitingWebhooks) if (!this.breakers.isOpen(webhookId)) leftOut.push(webhookId);
 			for (const [webhookId, count] of this.heldByWebhook) {
 				if (this.breakers.isOpen(webhookId) || this.waitingWebhooks.has(webhookId)) continue;
-				if (count >= share) saturated.push(webhookId);
+				if (count >= share) leftOut.push(webhookId);
 				else partly.push([webhookId, share - count]);
 			}
-			const exclude = saturated.length ? `AND webhook_id NOT IN (${saturated.map(() => "?").join(", ")})` : "";
+			const exclude = leftOut.length ? `AND webhook_id NOT IN (${leftOut.map(() => "?").join(", ")})` : "";
 			const roomOf = partly.length ? `CASE webhook_id ${partly.map(() => "WHEN ? THEN CAST(? AS integer)").join(" ")} ELSE CAST(? AS integer) END` : "CAST(? AS integer)";
 			const skipLocked = isPostgres(this.db) ? "FOR UPDATE SKIP LOCKED" : "";
 			const since = dueSince === null ? "" : "AND next_attempt_at > ?";
@@ -196,7 +198,7 @@ export const ClaimsMixin: DispatcherMixin = {
 				UPDATE deliveries SET lease_id = ?, next_attempt_at = ?
 				WHERE id IN (SELECT id FROM chosen)
 				RETURNING ${CLAIMED_COLUMNS}`,
-				[new Date(now).toISOString(), ...(dueSince === null ? [] : [new Date(dueSince).toISOString()]), ...saturated, limit * CLAIM_LOOK_AHEAD, ...partly.flat(), share, limit, leaseId, new Date(leaseExpiresAt).toISOString()],
+				[new Date(now).toISOString(), ...(dueSince === null ? [] : [new Date(dueSince).toISOString()]), ...leftOut, limit * CLAIM_LOOK_AHEAD, ...partly.flat(), share, limit, leaseId, new Date(leaseExpiresAt).toISOString()],
 			);
 			const rows = rowsOf<ClaimedRow>(result);
 			if (rows.length === 0) return { leased: [], filledWebhooks: [] };
