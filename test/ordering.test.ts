@@ -346,7 +346,9 @@ describe.each(testDatabases())("ordering per order on %s", database => {
 			"the webhook to be disabled",
 		);
 		expect(disabled).toMatchObject({ active: false, disabled_reason: "gone" });
-		const head = await rowWhen(events[0].event_id!, webhook, row => isTrue(row.parked), "G1 to be parked");
+		// The disable parks G1 while its attempt's result may still be on its way to the database
+		// (the result is written in a batch, the disable is not): wait for both.
+		const head = await rowWhen(events[0].event_id!, webhook, row => isTrue(row.parked) && row.attempt_count === 1, "G1 to be parked with its attempt written");
 		expect(head).toMatchObject({ status: "pending", attempt_count: 1, next_attempt_at: null, last_status_code: 410 });
 
 		// Past a sweep and a re-check of parked deliveries: the rest still wait, not attempted, not parked.
