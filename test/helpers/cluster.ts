@@ -25,7 +25,8 @@ import { implicitCustomerId } from "../../lib/customers";
 import { intakeDeliverSubject, intakeNames, type IntakeGroup } from "../../lib/intake-channel";
 import { parseConfig } from "../../lib/config";
 import { EMAIL_STATUSES, ORDER_STATUSES, TASKING_ORDER_STATUS_EVENT, type OrderStatus, type TaskingOrderStatusInput } from "../../lib/schemas/events";
-import { startHttpsReceiver, verifyDelivery, type HttpsReceiver, type ReceivedRequest, type Responder, type ScriptedResponse } from "./https-receiver";
+import { answeredKeyCount, countDeliveries, countEmails, expectedDeliveryKeys, pathOf, type DeliveryFigures, type EmailFigures } from "./arrival-counts";
+import { startHttpsReceiver, type HttpsReceiver, type ReceivedRequest, type Responder, type ScriptedResponse } from "./https-receiver";
 import { NATS_SERVER_BIN, startNatsServer, type NatsServer } from "./nats-server";
 import { freePort } from "./net";
 import { RoleProcess } from "./role-process";
@@ -35,6 +36,7 @@ import { startTcpRelay, type TcpRelay } from "./tcp-relay";
 import { waitUntil } from "./delivery-stack";
 
 export type Role = "gateway" | "dispatcher" | "notifier";
+export type { DeliveryFigures, EmailFigures };
 
 /**
  * `describe` for a cluster suite: it needs PostgreSQL and a nats-server binary. In CI
@@ -106,40 +108,6 @@ export interface ClusterWebhook {
 	customer: string;
 }
 
-/** What a fault test prints and checks: 0 lost, repeats counted. */
-export interface DeliveryFigures {
-	sent: number;
-	expected: number;
-	delivered: number;
-	lost: number;
-	repeats: number;
-	requests: number;
-	/** Requests answered with something other than 200 (scripted failures, timeouts). */
-	failed_answers: number;
-	bad_signatures: number;
-	/** Verified payloads that do not say what their event said (type, order, status, user). */
-	wrong_payloads: number;
-	/** Requests for an order these webhooks should not get (another customer's, or unknown). */
-	unexpected: number;
-	/** Keys delivered under more than one webhook-id: two delivery rows for one event and webhook. */
-	split_deliveries: number;
-	/** The first few repeated keys, for the log. */
-	repeated: string[];
-	/** The first few lost keys, for the log. */
-	missing: string[];
-}
-
-export interface EmailFigures {
-	expected: number;
-	delivered: number;
-	lost: number;
-	repeats: number;
-	/** Emails for events that should not have produced one (wrong user, status or opt-out). */
-	unexpected: number;
-	repeated: string[];
-	missing: string[];
-}
-
 const sleep = (ms: number) => new Promise(resolve => setTimeout(resolve, ms));
 /** A producer's attempts at one send before it gives up (and the test fails). */
 const SEND_ATTEMPTS = 20;
@@ -172,10 +140,6 @@ export function orderEvents(count: number, plan: EventPlan): TaskingOrderStatusI
 /** The events that must produce an email to `user` (who opted in). */
 export function emailWorthy(events: TaskingOrderStatusInput[], user: string): TaskingOrderStatusInput[] {
 	return events.filter(event => event.user_id === user && EMAIL_STATUSES.has(String(event.status).toLowerCase() as OrderStatus));
-}
-
-function pathOf(request: ReceivedRequest): string {
-	return request.path.split("?")[0];
 }
 
 export class Cluster {
@@ -486,20 +450,12 @@ export class Cluster {
 
 	/** How many distinct (webhook, order) pairs were answered 200 so far; only those in `among`, if given. */
 	deliveredCount(webhooks: ClusterWebhook[], among?: Set<string>): number {
-		const paths = new Set(webhooks.map(webhook => webhook.path));
-		const keys = new Set<string>();
-		for (const request of this.receiver.requests) {
-			if (request.answeredStatus !== 200 || !paths.has(pathOf(request))) continue;
-			const key = `${pathOf(request)}|${orderIdOf(request)}`;
-			if (!among || among.has(key)) keys.add(key);
-		}
-		return keys.size;
+		return answeredKeyCount(this.receiver.requests, webhooks, among);
 	}
 
 	/** The (webhook, order) pairs these events must reach: each event goes to its customer's webhooks. */
 	expectedKeys(webhooks: ClusterWebhook[], events: TaskingOrderStatusInput[]): string[] {
-		const customerOf = (event: TaskingOrderStatusInput) => event.customer_id ?? this.userCustomers.get(event.user_id);
-		return webhooks.flatMap(webhook => events.filter(event => customerOf(event) === webhook.customer).map(event => `${webhook.path}|${event.order_id}`));
+		return expectedDeliveryKeys(webhooks, events, event => event.customer_id ?? this.userCustomers.get(event.user_id));
 	}
 
 	/** Waits (bounded) until every expected delivery of these events was answered 200 (others not counted). */
@@ -510,87 +466,14 @@ export class Cluster {
 		});
 	}
 
-	/**
-	 * Counts what the receiver got for these webhooks and events: every request is verified with
-	 * the standardwebhooks library; a delivery is a (webhook, order) pair answered 200.
-	 */
+	/** What the receiver got for these webhooks and events (arrival-counts.ts says how it counts). */
 	deliveryFigures(webhooks: ClusterWebhook[], events: TaskingOrderStatusInput[], sent = events.length): DeliveryFigures {
-		const byPath = new Map(webhooks.map(webhook => [webhook.path, webhook]));
-		const eventByOrder = new Map(events.map(event => [event.order_id, event]));
-		const answered = new Map<string, number>();
-		const webhookIds = new Map<string, Set<string>>();
-		let requests = 0;
-		let failedAnswers = 0;
-		let badSignatures = 0;
-		let wrongPayloads = 0;
-		for (const request of this.receiver.requests) {
-			const webhook = byPath.get(pathOf(request));
-			if (!webhook) continue;
-			requests += 1;
-			try {
-				const payload = verifyDelivery(request, webhook.secret) as { type?: string; data?: Record<string, unknown> };
-				const event = eventByOrder.get(String(payload.data?.order_id));
-				const matches =
-					event !== undefined &&
-					payload.type === "tasking:order_status" &&
-					payload.data?.status === String(event.status).toLowerCase() &&
-					payload.data?.user_id === event.user_id;
-				if (!matches) wrongPayloads += 1;
-			} catch {
-				badSignatures += 1;
-			}
-			const key = `${webhook.path}|${orderIdOf(request)}`;
-			const ids = webhookIds.get(key) ?? new Set<string>();
-			ids.add(String(request.headers["webhook-id"]));
-			webhookIds.set(key, ids);
-			if (request.answeredStatus === 200) answered.set(key, (answered.get(key) ?? 0) + 1);
-			else failedAnswers += 1;
-		}
-		const expectedKeys = this.expectedKeys(webhooks, events);
-		const expectedSet = new Set(expectedKeys);
-		const unexpected = [...webhookIds.keys()].filter(key => !expectedSet.has(key)).length;
-		const missing = expectedKeys.filter(key => !answered.has(key));
-		const repeatedKeys = [...answered].filter(([, count]) => count > 1);
-		return {
-			sent,
-			expected: expectedKeys.length,
-			delivered: expectedKeys.length - missing.length,
-			lost: missing.length,
-			repeats: repeatedKeys.reduce((sum, [, count]) => sum + count - 1, 0),
-			requests,
-			failed_answers: failedAnswers,
-			bad_signatures: badSignatures,
-			wrong_payloads: wrongPayloads,
-			unexpected,
-			split_deliveries: [...webhookIds.values()].filter(ids => ids.size > 1).length,
-			repeated: repeatedKeys.slice(0, 10).map(([key, count]) => `${key} x${count}`),
-			missing: missing.slice(0, 10),
-		};
+		return countDeliveries(this.receiver.requests, webhooks, events, this.expectedKeys(webhooks, events), sent);
 	}
 
-	/** Counts the emails the SMTP server accepted for these events (by the order id in the text). */
+	/** What the SMTP server accepted for these events. */
 	emailFigures(expectedEvents: TaskingOrderStatusInput[], allEvents: TaskingOrderStatusInput[]): EmailFigures {
-		const expected = new Set(expectedEvents.map(event => event.order_id));
-		const ours = new Set(allEvents.map(event => event.order_id));
-		const counts = new Map<string, number>();
-		let unexpected = 0;
-		for (const mail of this.smtp.received) {
-			const orderId = /^Order id: (.+)$/m.exec(mail.parsed.text ?? "")?.[1]?.trim();
-			if (!orderId || !ours.has(orderId)) continue;
-			if (!expected.has(orderId)) unexpected += 1;
-			counts.set(orderId, (counts.get(orderId) ?? 0) + 1);
-		}
-		const missing = [...expected].filter(orderId => !counts.has(orderId));
-		const repeated = [...counts].filter(([orderId, count]) => expected.has(orderId) && count > 1);
-		return {
-			expected: expected.size,
-			delivered: expected.size - missing.length,
-			lost: missing.length,
-			repeats: repeated.reduce((sum, [, count]) => sum + count - 1, 0),
-			unexpected,
-			repeated: repeated.slice(0, 10).map(([orderId, count]) => `${orderId} x${count}`),
-			missing: missing.slice(0, 10),
-		};
+		return countEmails(this.smtp.received, expectedEvents, allEvents);
 	}
 
 	/** Waits (bounded) until every expected email arrived. */
@@ -628,14 +511,6 @@ export class Cluster {
 		}
 		if (process.env.KEEP_CLUSTER_LOGS) console.warn(`cluster ${this.namespace}: logs kept in ${this.root}`);
 		else fs.rmSync(this.root, { recursive: true, force: true });
-	}
-}
-
-function orderIdOf(request: ReceivedRequest): string {
-	try {
-		return String(JSON.parse(request.body)?.data?.order_id);
-	} catch {
-		return "(unparsable body)";
 	}
 }
 
