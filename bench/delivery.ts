@@ -149,22 +149,27 @@ async function deploy(options: DeployOptions): Promise<Deployment> {
 	const producer = producerBroker(namespace, NATS_URL);
 	await producer.start();
 	const nodes: Array<ChildServer<unknown>> = [];
+	const nodeRoles: string[] = [];
 	const dispatchers: Array<ChildServer<unknown>> = [];
 	try {
 		if (options.cluster) {
-			nodes.push(await start("gateway", "topics,webhooks,users"));
+			// The roles of a real cluster: the notifier takes every event from the channel too,
+			// though the bench's users want no email.
+			nodes.push(await start("gateway", "topics,webhooks,users"), await start("notifier", "notifier"));
+			nodeRoles.push("gateway", "notifier");
 			// One after the other: two processes migrating a fresh schema at once can collide.
 			for (const name of ["dispatcher-1", "dispatcher-2"]) dispatchers.push(await start(name, "dispatcher"));
 		} else {
 			dispatchers.push(await start("all", "topics,webhooks,users,dispatcher"));
 		}
 		nodes.push(...dispatchers);
+		nodeRoles.push(...dispatchers.map(() => (options.cluster ? "dispatchers" : "all")));
 	} catch (err) {
 		await Promise.all([...nodes, ...dispatchers].map(node => node.stop()));
 		await producer.stop();
 		throw err;
 	}
-	await producer.waitForServices(["webhooks", "dispatcher"], 60_000);
+	await producer.waitForServices(["webhooks", "dispatcher", ...(options.cluster ? ["notifier"] : [])], 60_000);
 	const create = (url: string, i: number) =>
 		producer.call<{ id: string }, object>("webhooks.create", { name: `bench-${i}`, url, events: [TOPIC] }, { meta: { customerId: CUSTOMER } });
 	const healthy = [];
@@ -180,6 +185,7 @@ async function deploy(options: DeployOptions): Promise<Deployment> {
 		producer,
 		dispatchers,
 		nodes,
+		nodeRoles,
 		db,
 		healthyIds: healthy.map(webhook => webhook.id),
 		send: sendVia(producer),
@@ -328,7 +334,7 @@ async function engineScenario(options: EngineOptions, healthyUrls: string[], caF
 		throughput_ratio: NaN,
 		/** The same throughput ÷ the bare relay's (relay_throughput). */
 		throughput_vs_relay: NaN,
-		// One entry per process: the service's nodes (gateway first in the cluster), then the receivers.
+		// One entry per process: the service's nodes (gateway and notifier first in the cluster), then the receivers.
 		event_loop_during_throughput: loop,
 		latency: {
 			offered_deliveries_per_s: round(eventsPerSecond * HEALTHY),

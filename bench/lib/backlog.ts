@@ -3,9 +3,9 @@
 // change status at once, a dispatcher restarted in a busy hour: many deliveries at once, more
 // than intake can lease straight to the worker, so most go through the database and the claims.
 //
-// Per mode (SQLite one node, PostgreSQL one node, the cluster: a gateway node and two dispatcher
-// processes on PostgreSQL and JetStream) and per layout (each webhook on its own origin, or all
-// ten on one host, as behind one API gateway), on one deployment that stays up:
+// Per mode (SQLite one node, PostgreSQL one node, the cluster: a gateway node, a notifier and two
+// dispatcher processes on PostgreSQL and JetStream) and per layout (each webhook on its own
+// origin, or all ten on one host, as behind one API gateway), on one deployment that stays up:
 //   1. a burst of SMALL deliveries on the freshly started node (its first work: cold code, new
 //      connections),
 //   2. WARM_BURSTS more of SMALL (their median is the warm rate),
@@ -66,6 +66,8 @@ export interface BacklogDeployment {
 	/** The dispatcher processes (one, or two in the cluster). */
 	dispatchers: Array<ChildServer<unknown>>;
 	nodes: Array<ChildServer<unknown>>;
+	/** Each node's role ("gateway", "notifier", "dispatchers", or "all" on one node), in the order of nodes. */
+	nodeRoles: string[];
 	db: Knex;
 	healthyIds: string[];
 	send(event: object): Promise<void>;
@@ -89,6 +91,8 @@ interface CpuPerDelivery {
 	/** Service, database and NATS: what the goal counts. */
 	total: number;
 	receivers: number;
+	/** The service's share by role (the two dispatchers of the cluster together). */
+	service_by_role: Record<string, number>;
 }
 
 interface BurstFigures {
@@ -204,7 +208,9 @@ async function burst(harness: BacklogHarness, deployment: BacklogDeployment, del
 	const received = receivers.ok - baseOk;
 	const valid = drained && failedSends === 0 && received === expected;
 	const perDelivery = (cpuSeconds: number) => round((cpuSeconds / expected) * 1e6);
-	const serviceSeconds = probes.slice(0, deployment.nodes.length).reduce((sum, probe) => sum + probe.cpu_cores * seconds, 0);
+	const serviceByRole: Record<string, number> = {};
+	for (const [i, role] of deployment.nodeRoles.entries()) serviceByRole[role] = (serviceByRole[role] ?? 0) + probes[i].cpu_cores * seconds;
+	const serviceSeconds = Object.values(serviceByRole).reduce((sum, used) => sum + used, 0);
 	const receiverSeconds = probes[deployment.nodes.length].cpu_cores * seconds;
 	const claims = claimsAfter.count - claimsBefore.count;
 	process.stderr.write(`bench delivery: burst of ${expected}: ${valid ? `${Math.round(expected / seconds)}/s` : `INVALID, ${expected - received} missing`} in ${seconds.toFixed(1)} s\n`);
@@ -224,6 +230,7 @@ async function burst(harness: BacklogHarness, deployment: BacklogDeployment, del
 			nats: perDelivery(natsSeconds),
 			total: perDelivery(serviceSeconds + databaseSeconds + natsSeconds),
 			receivers: perDelivery(receiverSeconds),
+			service_by_role: Object.fromEntries(Object.entries(serviceByRole).map(([role, used]) => [role, perDelivery(used)])),
 		},
 		claims_due: claims,
 		claim_due_mean_ms: claims > 0 ? round(((claimsAfter.seconds - claimsBefore.seconds) / claims) * 1000, 3) : null,
