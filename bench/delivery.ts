@@ -18,7 +18,7 @@
 //    comparison. LATENCY_ROUNDS rounds, relay and dispatcher alternating, each on a fresh start;
 //    the samples are pooled.
 // Scenarios: SQLite (one node, embedded database), PostgreSQL (one node), cluster (a gateway
-// node and two dispatcher processes on PostgreSQL), bad neighbours (SQLite: the healthy
+// node, a notifier and two dispatcher processes on PostgreSQL), bad neighbours (SQLite: the healthy
 // webhooks with and without one endpoint answering after 100 ms and one always answering 500,
 // whose retries are due all the time), backlog (open-loop bursts, cold and warm, small and
 // large, with millions of deliveries pending: bench/lib/backlog.ts), ratelimit (one webhook limited
