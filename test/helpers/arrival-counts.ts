@@ -2,7 +2,7 @@
 // a delivery is a (webhook, order) pair answered 200, an email is one whose text names the order.
 // Lost and repeated are counted apart, so that a repeat never stands in for a missing delivery.
 import type { TaskingOrderStatusInput } from "../../lib/schemas/events";
-import { verifyDelivery, type ReceivedRequest } from "./https-receiver";
+import { pathOf, verifyDelivery, type ReceivedRequest } from "./https-receiver";
 import type { ReceivedMail } from "./smtp-server";
 
 /** The part of a cluster's webhook that counting needs. */
@@ -47,11 +47,7 @@ export interface EmailFigures {
 	missing: string[];
 }
 
-export function pathOf(request: ReceivedRequest): string {
-	return request.path.split("?")[0];
-}
-
-export function orderIdOf(request: ReceivedRequest): string {
+function orderIdOf(request: ReceivedRequest): string {
 	try {
 		return String(JSON.parse(request.body)?.data?.order_id);
 	} catch {

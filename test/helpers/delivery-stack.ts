@@ -6,7 +6,7 @@ import crypto from "node:crypto";
 import type { ServiceBroker } from "moleculer";
 import { metricsOf } from "../../lib/metrics";
 import { startStack, type Stack, type StackOptions } from "./stack";
-import { startHttpsReceiver, verifyDelivery, type HttpsReceiver, type ReceivedRequest, type Responder, type ScriptedResponse } from "./https-receiver";
+import { pathOf, startHttpsReceiver, verifyDelivery, type HttpsReceiver, type ReceivedRequest, type Responder, type ScriptedResponse } from "./https-receiver";
 import type { DatabaseKind } from "./services";
 import type { TaskingOrderStatusInput } from "../../lib/schemas/events";
 
@@ -83,10 +83,6 @@ export async function startDeliveryStack(database: DatabaseKind, options: Omit<S
 			if (!options.receiver) await receiver.close();
 		},
 	};
-}
-
-function pathOf(request: ReceivedRequest): string {
-	return request.path.split("?")[0];
 }
 
 /** Polls until `done(value)`; the bound only turns a hang into a failure, it is no speed check. */

@@ -37,6 +37,11 @@ export interface ReceivedRequest {
 	answeredStatus?: number;
 }
 
+/** The request's path without its query: the webhook a request was for, in tests that give each its own path. */
+export function pathOf(request: ReceivedRequest): string {
+	return request.path.split("?")[0];
+}
+
 export interface ScriptedResponse {
 	status?: number;
 	body?: string;
