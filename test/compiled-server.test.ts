@@ -107,7 +107,10 @@ describeWithNats.each(testDatabases())("the compiled server (node dist/server.js
 			status => status === 200,
 			"the compiled server to be healthy",
 			90_000,
-		);
+		).catch(err => {
+			// What the server logged says why it never came up (a hang, not an exit).
+			throw new Error(`${(err as Error).message}\nthe server's output:\n${output.slice(-8_000)}`);
+		});
 		producer = new ServiceBroker({
 			namespace,
 			nodeID: `${namespace}-producer`,
