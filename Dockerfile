@@ -1,7 +1,9 @@
 # One image for every role: the gateway, the dispatcher and the notifier differ only in SERVICES.
 # It runs on the current Node LTS (24); Node 20, which the development machines still run, reached
 # its end of life in April 2026. The full node:24 image (not -slim) carries python3, make and g++,
-# which better-sqlite3 needs when no prebuilt binary matches.
+# which better-sqlite3 needs when no prebuilt binary matches. Its prebuilt binary is the one to
+# have: compiled here against Node 24.19 or later, the addon aborts the process in garbage
+# collection (nodejs/node#65446; CONTRIBUTING.md, "Running the tests and CI").
 #
 # Stage "build" compiles the service with tsc (`npm run build`, into dist/) and builds the web
 # application, both with the dev dependencies (TypeScript, Vite, Preact). The final image installs
