@@ -101,14 +101,17 @@ describeWithNats.each(testDatabases())("the compiled server (node dist/server.js
 		exited = new Promise(resolve => server.on("close", code => resolve(code)));
 		await waitUntil(
 			async () => {
-				if (server.exitCode !== null) throw new Error(`the server exited (${server.exitCode}):\n${output}`);
+				// A death by signal (an abort) leaves exitCode null and sets signalCode.
+				if (server.exitCode !== null || server.signalCode !== null) {
+					throw new Error(`the server exited (${server.exitCode ?? server.signalCode}):\n${output}`);
+				}
 				return fetch(`${opsUrl}/health`).then(response => response.status, () => 0);
 			},
 			status => status === 200,
 			"the compiled server to be healthy",
 			90_000,
 		).catch(err => {
-			// What the server logged says why it never came up (a hang, not an exit).
+			// What the server logged says why it never came up.
 			throw new Error(`${(err as Error).message}\nthe server's output:\n${output.slice(-8_000)}`);
 		});
 		producer = new ServiceBroker({

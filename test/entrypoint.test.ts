@@ -65,7 +65,7 @@ async function waitForHealth(running: Running, opsPort: number, status: number, 
 	for (;;) {
 		const answer = await health(opsPort);
 		if (answer?.status === status) return answer.body;
-		if (running.child.exitCode !== null || Date.now() > deadline) {
+		if (running.child.exitCode !== null || running.child.signalCode !== null || Date.now() > deadline) {
 			throw new Error(`/health never answered ${status} (last: ${JSON.stringify(answer)}); output:\n${running.output()}`);
 		}
 		await sleep(200);

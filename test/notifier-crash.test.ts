@@ -140,7 +140,7 @@ class CrashCluster {
 		for (let i = 0; i < 600; i++) {
 			const node = this.stack.app.broker.registry.nodes.get(notifier.nodeId);
 			if (node?.available && node.services.some((service: { name: string }) => service.name === "notifier")) return;
-			if (notifier.child.exitCode !== null) break;
+			if (notifier.child.exitCode !== null || notifier.child.signalCode !== null) break;
 			await sleep(50);
 		}
 		throw new Error(`notifier child ${notifier.nodeId} did not come up:\n${notifier.output.join("")}`);

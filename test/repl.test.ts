@@ -56,7 +56,7 @@ function startRepl(env: Record<string, string>): ReplProcess {
 			return waitUntil(() => run(line, /mol \$|\n/), text => expected.test(text), `"${line}" to print ${expected} eventually`);
 		},
 		async stop() {
-			if (child.exitCode !== null) return;
+			if (child.exitCode !== null || child.signalCode !== null) return;
 			const exited = new Promise(resolve => child.once("exit", resolve));
 			child.stdin!.end();
 			await exited;
