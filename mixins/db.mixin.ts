@@ -6,7 +6,8 @@ import path from "node:path";
 import fs from "node:fs";
 import knex, { type Knex } from "knex";
 import type { Service, ServiceSchema, ServiceSettingSchema } from "moleculer";
-import { configOf, type AppConfig } from "../lib/config";
+import { configOf, invalidConfiguration, type AppConfig } from "../lib/config";
+import { sqliteAddonProblem } from "../lib/sqlite-addon";
 import { SQLITE_DEFAULT_AUTOCHECKPOINT, startSqliteCheckpointer, type SqliteCheckpointer } from "../lib/sqlite-checkpointer";
 
 export interface Migration {
@@ -60,6 +61,8 @@ function createKnex(config: AppConfig): SharedConnection {
 		});
 		return { db, users: 0 };
 	}
+	const addonProblem = sqliteAddonProblem();
+	if (addonProblem) throw invalidConfiguration([addonProblem]);
 	fs.mkdirSync(config.DATA_DIR, { recursive: true });
 	const filename = path.resolve(config.DATA_DIR, "service.sqlite");
 	let checkpointsElsewhere = true;
