@@ -16,8 +16,11 @@
 // that loses anything within its bound is marked invalid and gets no rate.
 // On the one-node modes (own origins) the deployment then gets deliveries pending for a later
 // retry, inserted straight into its table, in steps (PENDING_STEPS), and WARM_BURSTS bursts of
-// SMALL at each step: their rate against the empty table's, and the mean claim of due rows
-// (the dispatchers' webhook_delivery_claim_seconds) against the first step's.
+// SMALL at each step: their rate against the empty table's. Then DUE_ROUNDS rounds of DUE_ROWS
+// deliveries laid in the table due now, which only the poll's claim of due rows takes (intake and
+// refills never see them): the mean of those claims (the dispatchers'
+// webhook_delivery_claim_seconds) against the first step's. The bursts' own claims are reported
+// too, but a burst of SMALL is over within one or two polls: three samples per step were too few.
 //
 // CPU per delivery during each burst: the service's processes (all their threads), PostgreSQL
 // (every postgres process) and nats-server, read from /proc, beside the receivers' (apart).
@@ -44,6 +47,9 @@ const PENDING_STEPS = (process.env.BENCH_BACKLOG_PENDING ?? "1000,1000000,100000
 const SQLITE_PENDING_MAX = Number(process.env.BENCH_BACKLOG_SQLITE_PENDING_MAX ?? 1_000_000);
 // Rows per insert statement while the pending deliveries are laid down.
 const PENDING_CHUNK = 50_000;
+// At each pending step: rounds of deliveries due now, laid straight into the table, one poll apart.
+const DUE_ROUNDS = Number(process.env.BENCH_BACKLOG_DUE_ROUNDS ?? 20);
+const DUE_ROWS = 500;
 export const BACKLOG_GOALS = { large_vs_warm: 0.9, cold_vs_warm: 0.8, open_vs_closed: 0.9, vs_floor: 0.5, pending_vs_empty: 0.9, claim_with_most_pending_vs_fewest: 2, cpu_vs_raw_loop: 1.5 };
 
 type Probe = Omit<ProbeFigures, "type">;
@@ -266,6 +272,56 @@ async function addPending(db: Knex, engine: "sqlite" | "postgresql", already: nu
 	}
 }
 
+interface DueRounds {
+	rounds: number;
+	deliveries: number;
+	lost: number;
+	valid: boolean;
+	/** The dispatchers' claims of due rows meanwhile (those that found none included), and their mean. */
+	claims_due: number;
+	claim_due_mean_ms: number | null;
+}
+
+/**
+ * DUE_ROUNDS rounds of DUE_ROWS deliveries (messages of their own, spread over the healthy
+ * webhooks, no order key) inserted due now, each round once the previous one was answered: what
+ * the claim of due rows meets when retries come due, with the table as it stands.
+ */
+async function dueRounds(harness: BacklogHarness, deployment: BacklogDeployment): Promise<DueRounds> {
+	const { receivers } = harness;
+	const webhooks = deployment.healthyIds;
+	const eventsPerRound = Math.ceil(DUE_ROWS / webhooks.length);
+	const claimsBefore = claimTotals(await harness.probe(deployment.dispatchers));
+	const baseOk = receivers.ok;
+	let expected = 0;
+	let drained = true;
+	for (let round = 0; round < DUE_ROUNDS && drained; round++) {
+		const now = new Date().toISOString();
+		const events = Array.from({ length: eventsPerRound }, () => ({ id: crypto.randomUUID(), event: harness.orderEvent() as { customer_id: string } }));
+		const customerId = events[0].event.customer_id;
+		await deployment.db.transaction(async trx => {
+			await trx("delivery_messages").insert(
+				events.map(({ id, event }) => ({ event_id: id, customer_id: customerId, user_id: "bench-user", type: "tasking.order_status", body: JSON.stringify({ type: "tasking.order_status", timestamp: now, data: event }), occurred_at: now, created_at: now })),
+			);
+			const rows = events.flatMap(({ id }) => webhooks.map(webhookId => ({ id: crypto.randomUUID(), event_id: id, webhook_id: webhookId, customer_id: customerId, status: "pending", attempt_count: 0, next_attempt_at: now, created_at: now, updated_at: now })));
+			for (let i = 0; i < rows.length; i += 250) await trx("deliveries").insert(rows.slice(i, i + 250));
+		});
+		expected += eventsPerRound * webhooks.length;
+		drained = await receivers.drainedWithin(baseOk + expected, 60_000);
+	}
+	const claimsAfter = claimTotals(await harness.probe(deployment.dispatchers));
+	const claims = claimsAfter.count - claimsBefore.count;
+	const received = receivers.ok - baseOk;
+	return {
+		rounds: DUE_ROUNDS,
+		deliveries: expected,
+		lost: expected - received,
+		valid: drained && received === expected,
+		claims_due: claims,
+		claim_due_mean_ms: claims > 0 ? round(((claimsAfter.seconds - claimsBefore.seconds) / claims) * 1000, 3) : null,
+	};
+}
+
 async function pendingSteps(harness: BacklogHarness, deployment: BacklogDeployment, engine: "sqlite" | "postgresql", emptyRate: number | null) {
 	const steps = [];
 	let pending = 0;
@@ -279,11 +335,29 @@ async function pendingSteps(harness: BacklogHarness, deployment: BacklogDeployme
 		for (let i = 0; i < WARM_BURSTS; i++) bursts.push(await burst(harness, deployment, SMALL));
 		const claims = bursts.reduce((sum, b) => sum + b.claims_due, 0);
 		const claimMs = claims > 0 ? bursts.reduce((sum, b) => sum + (b.claim_due_mean_ms ?? 0) * b.claims_due, 0) / claims : null;
-		steps.push({ pending, insert_seconds: insertSeconds, deliveries_per_s: rateOf(bursts), vs_empty_table: ratio(rateOf(bursts), emptyRate), claim_due_mean_ms: claimMs === null ? null : round(claimMs, 3), bursts });
+		const due = await dueRounds(harness, deployment);
+		process.stderr.write(`bench delivery: ${pending} pending: ${due.claims_due} claims of due rows, mean ${due.claim_due_mean_ms} ms${due.valid ? "" : `, INVALID (${due.lost} missing)`}\n`);
+		steps.push({
+			pending,
+			insert_seconds: insertSeconds,
+			deliveries_per_s: rateOf(bursts),
+			vs_empty_table: ratio(rateOf(bursts), emptyRate),
+			bursts_claim_due_mean_ms: claimMs === null ? null : round(claimMs, 3),
+			due_rounds: due,
+			claim_due_mean_ms: due.valid ? due.claim_due_mean_ms : null,
+			bursts,
+		});
 	}
 	const first = steps[0]?.claim_due_mean_ms ?? null;
 	const last = steps[steps.length - 1]?.claim_due_mean_ms ?? null;
-	return { steps, claim_with_most_pending_vs_fewest: ratio(last, first), ...(skipped.length ? { steps_not_run: skipped, why_not_run: `above BENCH_BACKLOG_SQLITE_PENDING_MAX (${SQLITE_PENDING_MAX})` } : {}) };
+	const firstOfBursts = steps[0]?.bursts_claim_due_mean_ms ?? null;
+	const lastOfBursts = steps[steps.length - 1]?.bursts_claim_due_mean_ms ?? null;
+	return {
+		steps,
+		claim_with_most_pending_vs_fewest: ratio(last, first),
+		bursts_claim_with_most_pending_vs_fewest: ratio(lastOfBursts, firstOfBursts),
+		...(skipped.length ? { steps_not_run: skipped, why_not_run: `above BENCH_BACKLOG_SQLITE_PENDING_MAX (${SQLITE_PENDING_MAX})` } : {}),
+	};
 }
 
 async function modeRun(harness: BacklogHarness, mode: string, urls: string[], withPending: boolean) {
