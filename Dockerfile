@@ -44,6 +44,9 @@ RUN npm ci --omit=dev
 
 COPY --from=build /build/dist ./dist
 COPY --from=build /build/web/dist ./web/dist
+# A better-sqlite3 compiled here against Node 24.19+ headers, instead of fetched as its published
+# binary, would stop the embedded mode at start-up (lib/sqlite-addon.ts): the build stops instead.
+RUN node -e 'const problem = require("./dist/lib/sqlite-addon").sqliteAddonProblem(); if (problem) { console.error(problem); process.exit(1); }'
 # DATA_DIR holds SQLite, generated secrets and .eml files in the embedded mode (`docker run`
 # without DATABASE_URL); mount a volume there to keep them.
 RUN mkdir -p /data && chown node:node /data

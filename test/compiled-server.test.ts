@@ -152,6 +152,18 @@ describeWithNats.each(testDatabases())("the compiled server (node dist/server.js
 		expect(fs.existsSync(path.join(layout.dir, "dist", "lib", "sender-thread.js"))).toBe(true);
 	});
 
+	it("passes the image's check of the native SQLite addon, run as the Dockerfile writes it", () => {
+		const check = fs
+			.readFileSync(path.join(__dirname, "..", "Dockerfile"), "utf8")
+			.split("\n")
+			.find(line => line.startsWith("RUN node -e") && line.includes("sqliteAddonProblem"));
+		expect(check).toBeDefined();
+		// This Node first on PATH: under the smoke suite, Node 24 and the addon built for it.
+		const env = { ...process.env, PATH: `${path.dirname(process.execPath)}${path.delimiter}${process.env.PATH}` };
+		const result = spawnSync("sh", ["-c", check!.slice("RUN ".length)], { cwd: layout.dir, env, encoding: "utf8" });
+		expect({ status: result.status, stderr: result.stderr }).toEqual({ status: 0, stderr: "" });
+	});
+
 	it("serves the web app from web/dist", async () => {
 		const page = await fetch(`${baseUrl}/`, { headers: { accept: "text/html" } });
 		expect(page.status).toBe(200);

@@ -165,6 +165,8 @@ describe("Dockerfile", () => {
 		expect(final).toMatch(/^RUN npm ci --omit=dev$/m);
 		expect(final).toMatch(/^COPY --from=build \/build\/dist \.\/dist$/m);
 		expect(final).toMatch(/^COPY --from=build \/build\/web\/dist \.\/web\/dist$/m);
+		// The build checks the native SQLite addon it got, once dist/ (which holds the check) is in.
+		expect(final.indexOf("sqliteAddonProblem")).toBeGreaterThan(final.indexOf("COPY --from=build /build/dist"));
 		// No TypeScript source reaches the final image: only package files and the prepare script.
 		const copied = [...final.matchAll(/^COPY (?!--from)(.+) \S+$/gm)].flatMap(match => match[1].split(" "));
 		expect(copied.sort()).toEqual([".npmrc", "package-lock.json", "package.json", "scripts/build-web.ts", "sdk/package.json"]);
