@@ -14,6 +14,7 @@ import { Agent, buildConnector, type Dispatcher } from "undici";
 import { isBlockedAddress, isIpLiteral, parseAllowList, type AllowList } from "./address-ranges";
 import { signMessage, unixSeconds } from "./signing";
 import { RETRY_AFTER_STATUSES, parseRetryAfter } from "./retry-after";
+import { TlsSessionReuse } from "./tls-session-reuse";
 import { version } from "../package.json";
 
 export type DeliveryErrorKind = "http_status" | "timeout" | "unreachable" | "blocked";
@@ -239,11 +240,12 @@ export class WebhookSender {
 	constructor(options: WebhookSenderOptions) {
 		this.allow = parseAllowList(options.allowNets);
 		this.userAgent = options.userAgent ?? DEFAULT_USER_AGENT;
-		const connect = buildConnector({
+		const connectorOptions = {
 			secureContext: secureContextTrusting(options.caFile),
 			lookup: guardedLookup(this.allow),
 			timeout: CONNECT_BACKSTOP_MS,
-		} as buildConnector.BuildOptions);
+		} as buildConnector.BuildOptions;
+		const sessions = new TlsSessionReuse(() => buildConnector(connectorOptions));
 		this.agent = new Agent({
 			connections: options.connectionsPerOrigin ?? 8,
 			keepAliveTimeout: KEEP_ALIVE_MS,
@@ -253,7 +255,7 @@ export class WebhookSender {
 					callback(new BlockedAddressError(), null);
 					return;
 				}
-				connect(connectOptions, callback);
+				sessions.connect(connectOptions, callback);
 			},
 		});
 	}

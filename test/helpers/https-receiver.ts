@@ -61,6 +61,8 @@ export interface HttpsReceiverOptions {
 	host?: string;
 	/** Answer when the queue is empty. Default { status: 200, body: "ok" }. */
 	respond?: ScriptedResponse | Responder;
+	/** TLS settings of the server beyond its key and certificate (a version, secureOptions). */
+	tls?: Pick<https.ServerOptions, "maxVersion" | "secureOptions">;
 }
 
 export interface HttpsReceiver {
@@ -73,6 +75,8 @@ export interface HttpsReceiver {
 	requests: ReceivedRequest[];
 	/** TCP connections accepted so far (keep-alive reuse shows as fewer connections than requests). */
 	readonly connections: number;
+	/** TLS handshakes that resumed an earlier session (no certificate sent), and those that did not. */
+	readonly handshakes: { full: number; resumed: number };
 	respondWith(...responses: Array<ScriptedResponse | Responder>): void;
 	setDefault(respond: ScriptedResponse | Responder): void;
 	/** Resolves with the matching requests once there are `count` of them (or one matches); rejects after timeoutMs. */
@@ -154,6 +158,7 @@ export async function startHttpsReceiver(options: HttpsReceiverOptions = {}): Pr
 	const waiters = new Set<() => void>();
 	const caFiles: string[] = [];
 	let connections = 0;
+	const handshakes = { full: 0, resumed: 0 };
 
 	async function answer(request: IncomingMessage, response: ServerResponse): Promise<void> {
 		const received: ReceivedRequest = {
@@ -182,7 +187,7 @@ export async function startHttpsReceiver(options: HttpsReceiverOptions = {}): Pr
 		received.answeredStatus = status;
 	}
 
-	const server = https.createServer({ key, cert }, (request, response) => {
+	const server = https.createServer({ ...options.tls, key, cert }, (request, response) => {
 		answer(request, response).catch(() => response.destroy());
 	});
 	server.on("connection", (socket: Socket) => {
@@ -190,6 +195,7 @@ export async function startHttpsReceiver(options: HttpsReceiverOptions = {}): Pr
 		sockets.add(socket);
 		socket.on("close", () => sockets.delete(socket));
 	});
+	server.on("secureConnection", socket => (socket.isSessionReused() ? (handshakes.resumed += 1) : (handshakes.full += 1)));
 	// A client that rejects our certificate aborts the handshake; that is expected in tests.
 	server.on("tlsClientError", () => {});
 
@@ -213,6 +219,9 @@ export async function startHttpsReceiver(options: HttpsReceiverOptions = {}): Pr
 		requests,
 		get connections() {
 			return connections;
+		},
+		get handshakes() {
+			return { ...handshakes };
 		},
 		respondWith(...responses) {
 			queue.push(...responses);
