@@ -6,8 +6,8 @@
 //
 // Here, while an origin has no session yet, its first connection goes alone. The others wait
 // until that session arrives, then connect and resume it. TLS 1.3 sends the session after the
-// handshake, a round trip later. They wait no longer than the first connection took to connect,
-// so a server that issues no session holds them up once, for one handshake's time.
+// handshake, a round trip later. They wait no longer than the first connection took to connect
+// (or a quarter of a second, if more), so a server that issues no session holds them up once.
 //
 // Each origin gets a connector of its own. undici keys its session cache by host name alone, so
 // two servers on one host (other ports) would otherwise be offered each other's sessions, and
@@ -23,8 +23,9 @@ const ORIGINS_KEPT = 10_000;
 // How long a session counts as known. Servers' session lifetimes are minutes to hours, and a
 // session that has expired only costs a full handshake.
 const SESSION_KNOWN_MS = 10 * 60_000;
-// The least a waiting connection waits for the first one's session (loopback handshakes take ~1 ms).
-const MIN_SESSION_WAIT_MS = 20;
+// The least a waiting connection waits for the first one's session. Loopback handshakes take a
+// millisecond, but an event loop busy for longer than the wait would let the others go without it.
+const MIN_SESSION_WAIT_MS = 250;
 // The most they wait for the first connection itself: one that hangs (a dead address among a
 // host's) must not hold the others until the connect timeout.
 const MAX_FIRST_CONNECT_WAIT_MS = 3_000;
