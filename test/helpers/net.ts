@@ -17,11 +17,25 @@ function listensOn(port: number): Promise<boolean> {
 	});
 }
 
+// Each jest worker draws from a slice of its own (the config runs four; eight slices leave room),
+// and never hands out the same port twice: a port found free is not bound until the process told
+// to listen on it has started, seconds later. Drawn at random from the whole range, two roles of
+// one cluster, spawned side by side, now and then got the same port ("PORT: port 22994 is already
+// in use by another process" in a CI run's cluster ordering suite).
+const SLICES = 8;
+const SLICE = Math.floor(COUNT / SLICES);
+const sliceStart = FIRST + ((Number(process.env.JEST_WORKER_ID ?? 1) - 1) % SLICES) * SLICE;
+const handedOut = new Set<number>();
+
 /** A loopback port that was free a moment ago (for "connection refused" and listener tests). */
 export async function freePort(): Promise<number> {
 	for (let tries = 0; tries < 100; tries += 1) {
-		const port = FIRST + Math.floor(Math.random() * COUNT);
-		if (await listensOn(port)) return port;
+		const port = sliceStart + Math.floor(Math.random() * SLICE);
+		if (handedOut.has(port)) continue;
+		if (await listensOn(port)) {
+			handedOut.add(port);
+			return port;
+		}
 	}
-	throw new Error(`no free port found between ${FIRST} and ${FIRST + COUNT}`);
+	throw new Error(`no free port found between ${sliceStart} and ${sliceStart + SLICE}`);
 }
