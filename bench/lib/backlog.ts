@@ -26,6 +26,8 @@
 // (every postgres process) and nats-server, read from /proc, beside the receivers' (apart).
 import crypto from "node:crypto";
 import type { Knex } from "knex";
+import { orderStatusMessage } from "../../lib/schemas/deliveries";
+import { TASKING_ORDER_STATUS_TOPIC, type TaskingOrderStatusEvent } from "../../lib/schemas/events";
 import { connect, type NatsConnection } from "nats";
 import type { ChildServer } from "./child";
 import type { ProbeFigures } from "./event-loop-probe";
@@ -180,8 +182,16 @@ const median = (values: number[]) => percentile([...values].sort((a, b) => a - b
 const ratio = (value: number | null, reference: number | null) => (value === null || reference === null || reference === 0 ? null : round(value / reference, 2));
 const rateOf = (bursts: BurstFigures[]) => (bursts.every(burst => burst.valid) ? median(bursts.map(burst => burst.deliveries_per_s!)) : null);
 
-function claimTotals(probes: Probe[]): { count: number; seconds: number } {
+type ClaimTotals = { count: number; seconds: number };
+
+function claimTotals(probes: Probe[]): ClaimTotals {
 	return probes.reduce((sum, probe) => ({ count: sum.count + (probe.claims_due ?? 0), seconds: sum.seconds + (probe.claims_due_seconds ?? 0) }), { count: 0, seconds: 0 });
+}
+
+/** The claims of due rows made between two readings, and their mean. */
+function claimsBetween(before: ClaimTotals, after: ClaimTotals): { claims_due: number; claim_due_mean_ms: number | null } {
+	const claims = after.count - before.count;
+	return { claims_due: claims, claim_due_mean_ms: claims > 0 ? round(((after.seconds - before.seconds) / claims) * 1000, 3) : null };
 }
 
 async function burst(harness: BacklogHarness, deployment: BacklogDeployment, deliveries: number, options: { countNats?: boolean } = {}): Promise<BurstFigures> {
@@ -218,7 +228,6 @@ async function burst(harness: BacklogHarness, deployment: BacklogDeployment, del
 	for (const [i, role] of deployment.nodeRoles.entries()) serviceByRole[role] = (serviceByRole[role] ?? 0) + probes[i].cpu_cores * seconds;
 	const serviceSeconds = Object.values(serviceByRole).reduce((sum, used) => sum + used, 0);
 	const receiverSeconds = probes[deployment.nodes.length].cpu_cores * seconds;
-	const claims = claimsAfter.count - claimsBefore.count;
 	process.stderr.write(`bench delivery: burst of ${expected}: ${valid ? `${Math.round(expected / seconds)}/s` : `INVALID, ${expected - received} missing`} in ${seconds.toFixed(1)} s\n`);
 	return {
 		deliveries: expected,
@@ -238,8 +247,7 @@ async function burst(harness: BacklogHarness, deployment: BacklogDeployment, del
 			receivers: perDelivery(receiverSeconds),
 			service_by_role: Object.fromEntries(Object.entries(serviceByRole).map(([role, used]) => [role, perDelivery(used)])),
 		},
-		claims_due: claims,
-		claim_due_mean_ms: claims > 0 ? round(((claimsAfter.seconds - claimsBefore.seconds) / claims) * 1000, 3) : null,
+		...claimsBetween(claimsBefore, claimsAfter),
 		...(counters ? { postgresql_per_delivery: await databaseWorkBetween(deployment.db, counters, expected) } : {}),
 		...(onNats ? { nats_per_delivery: { messages: round(onNats.messages / expected, 2), bytes: round(onNats.bytes / expected) } } : {}),
 	};
@@ -297,28 +305,36 @@ async function dueRounds(harness: BacklogHarness, deployment: BacklogDeployment)
 	let drained = true;
 	for (let round = 0; round < DUE_ROUNDS && drained; round++) {
 		const now = new Date().toISOString();
-		const events = Array.from({ length: eventsPerRound }, () => ({ id: crypto.randomUUID(), event: harness.orderEvent() as { customer_id: string } }));
-		const customerId = events[0].event.customer_id;
+		const events = Array.from({ length: eventsPerRound }, () => ({ id: crypto.randomUUID(), event: harness.orderEvent() as TaskingOrderStatusEvent & { customer_id: string } }));
 		await deployment.db.transaction(async trx => {
+			// The message as intake would have written it.
 			await trx("delivery_messages").insert(
-				events.map(({ id, event }) => ({ event_id: id, customer_id: customerId, user_id: "bench-user", type: "tasking.order_status", body: JSON.stringify({ type: "tasking.order_status", timestamp: now, data: event }), occurred_at: now, created_at: now })),
+				events.map(({ id, event }) => ({
+					event_id: id,
+					customer_id: event.customer_id,
+					user_id: event.user_id,
+					type: TASKING_ORDER_STATUS_TOPIC,
+					body: orderStatusMessage(event, TASKING_ORDER_STATUS_TOPIC, now),
+					occurred_at: now,
+					created_at: now,
+				})),
 			);
-			const rows = events.flatMap(({ id }) => webhooks.map(webhookId => ({ id: crypto.randomUUID(), event_id: id, webhook_id: webhookId, customer_id: customerId, status: "pending", attempt_count: 0, next_attempt_at: now, created_at: now, updated_at: now })));
+			const rows = events.flatMap(({ id, event }) =>
+				webhooks.map(webhookId => ({ id: crypto.randomUUID(), event_id: id, webhook_id: webhookId, customer_id: event.customer_id, status: "pending", attempt_count: 0, next_attempt_at: now, created_at: now, updated_at: now })),
+			);
 			for (let i = 0; i < rows.length; i += 250) await trx("deliveries").insert(rows.slice(i, i + 250));
 		});
 		expected += eventsPerRound * webhooks.length;
 		drained = await receivers.drainedWithin(baseOk + expected, 60_000);
 	}
 	const claimsAfter = claimTotals(await harness.probe(deployment.dispatchers));
-	const claims = claimsAfter.count - claimsBefore.count;
 	const received = receivers.ok - baseOk;
 	return {
 		rounds: DUE_ROUNDS,
 		deliveries: expected,
 		lost: expected - received,
 		valid: drained && received === expected,
-		claims_due: claims,
-		claim_due_mean_ms: claims > 0 ? round(((claimsAfter.seconds - claimsBefore.seconds) / claims) * 1000, 3) : null,
+		...claimsBetween(claimsBefore, claimsAfter),
 	};
 }
 
