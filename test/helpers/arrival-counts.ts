@@ -1,7 +1,7 @@
 // Counting what arrived in a cluster test, from the receiver's and the SMTP server's own records:
 // a delivery is a (webhook, order) pair answered 200, an email is one whose text names the order.
 // Lost and repeated are counted apart, so that a repeat never stands in for a missing delivery.
-import type { TaskingOrderStatusInput } from "../../lib/schemas/events";
+import { TASKING_ORDER_STATUS_TOPIC, type TaskingOrderStatusInput } from "../../lib/schemas/events";
 import { pathOf, verifyDelivery, type ReceivedRequest } from "./https-receiver";
 import type { ReceivedMail } from "./smtp-server";
 
@@ -47,6 +47,11 @@ export interface EmailFigures {
 	missing: string[];
 }
 
+/** A delivery's identity in the counts: the webhook (its receiver path) and the order. */
+function deliveryKey(path: string, orderId: string): string {
+	return `${path}|${orderId}`;
+}
+
 function orderIdOf(request: ReceivedRequest): string {
 	try {
 		return String(JSON.parse(request.body)?.data?.order_id);
@@ -61,7 +66,7 @@ export function answeredKeyCount(requests: ReceivedRequest[], webhooks: CountedW
 	const keys = new Set<string>();
 	for (const request of requests) {
 		if (request.answeredStatus !== 200 || !paths.has(pathOf(request))) continue;
-		const key = `${pathOf(request)}|${orderIdOf(request)}`;
+		const key = deliveryKey(pathOf(request), orderIdOf(request));
 		if (!among || among.has(key)) keys.add(key);
 	}
 	return keys.size;
@@ -69,7 +74,7 @@ export function answeredKeyCount(requests: ReceivedRequest[], webhooks: CountedW
 
 /** The (webhook, order) pairs these events must reach: each event goes to its customer's webhooks. */
 export function expectedDeliveryKeys(webhooks: CountedWebhook[], events: TaskingOrderStatusInput[], customerOf: (event: TaskingOrderStatusInput) => string | undefined): string[] {
-	return webhooks.flatMap(webhook => events.filter(event => customerOf(event) === webhook.customer).map(event => `${webhook.path}|${event.order_id}`));
+	return webhooks.flatMap(webhook => events.filter(event => customerOf(event) === webhook.customer).map(event => deliveryKey(webhook.path, event.order_id)));
 }
 
 /**
@@ -94,14 +99,14 @@ export function countDeliveries(requests: ReceivedRequest[], webhooks: CountedWe
 			const event = eventByOrder.get(String(payload.data?.order_id));
 			const matches =
 				event !== undefined &&
-				payload.type === "tasking:order_status" &&
+				payload.type === TASKING_ORDER_STATUS_TOPIC &&
 				payload.data?.status === String(event.status).toLowerCase() &&
 				payload.data?.user_id === event.user_id;
 			if (!matches) wrongPayloads += 1;
 		} catch {
 			badSignatures += 1;
 		}
-		const key = `${webhook.path}|${orderIdOf(request)}`;
+		const key = deliveryKey(webhook.path, orderIdOf(request));
 		const ids = webhookIds.get(key) ?? new Set<string>();
 		ids.add(String(request.headers["webhook-id"]));
 		webhookIds.set(key, ids);
