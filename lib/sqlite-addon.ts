@@ -11,7 +11,8 @@ import path from "node:path";
 /** The Node function that such an addon calls from its destructors, by its exported name. */
 const CLEANUP_HOOK_REMOVAL = "RemoveEnvironmentCleanupHook";
 
-function installedAddonFile(): string {
+/** Where the installed better-sqlite3 keeps its compiled addon. */
+export function installedAddonFile(): string {
 	return path.join(path.dirname(require.resolve("better-sqlite3/package.json")), "build", "Release", "better_sqlite3.node");
 }
 

@@ -4,9 +4,9 @@
 import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
-import { sqliteAddonProblem } from "../lib/sqlite-addon";
+import { installedAddonFile, sqliteAddonProblem } from "../lib/sqlite-addon";
 
-const installed = path.join(path.dirname(require.resolve("better-sqlite3/package.json")), "build", "Release", "better_sqlite3.node");
+const installed = installedAddonFile();
 
 describe("sqliteAddonProblem", () => {
 	let dir: string;
