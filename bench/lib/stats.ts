@@ -66,3 +66,8 @@ export function busiestSecond(times: readonly number[]): number {
 	}
 	return most;
 }
+
+/** `value` ÷ `reference`, to two decimals. */
+export function ratioOf(value: number, reference: number): number {
+	return round(value / reference, 2);
+}

@@ -1,0 +1,211 @@
+// The service as the delivery benchmark deploys it (bench/delivery.ts and its scenarios): its
+// processes started fresh on a database and a stream of their own, the webhooks created, and the
+// loops that feed it events (the closed loop, and the bare relay beside it for comparison).
+import crypto from "node:crypto";
+import fs from "node:fs";
+import os from "node:os";
+import path from "node:path";
+import knex from "knex";
+import type { ServiceBroker } from "moleculer";
+import { connect } from "nats";
+import { generateWebhookSecret } from "../../lib/crypto";
+import type { BacklogDeployment } from "./backlog";
+import { startChild, type ChildServer } from "./child";
+import { producerBroker, sendVia, serviceNodeEnv } from "./cluster-nodes";
+import { monotonicMs } from "./receiver";
+import type { Receivers } from "./receivers";
+
+export const CONCURRENCY = Number(process.env.BENCH_CONCURRENCY ?? 64);
+export const EVENTS = Number(process.env.BENCH_EVENTS ?? 2_000);
+export const WARM_UP_EVENTS = 200;
+const IN_SYSTEM = 64;
+// Latency is measured in this many rounds, relay and dispatcher taking turns, and the samples of
+// all rounds are pooled: in one round each, the p99 of the same code swung 2-5x between runs
+// (a hiccup of the shared machine lands in one measurement and not the other).
+export const LATENCY_ROUNDS = Number(process.env.BENCH_LATENCY_ROUNDS ?? 3);
+// The latency load in deliveries per second, instead of half the measured throughput: an A/B of
+// two versions then offers both the same load.
+export const OFFERED = process.env.BENCH_OFFERED ? Number(process.env.BENCH_OFFERED) : undefined;
+export const NATS_URL = process.env.BENCH_NATS_URL ?? "nats://127.0.0.1:4222";
+const DATABASE_URL = process.env.BENCH_DATABASE_URL ?? "postgres://postgres@127.0.0.1:5432/test";
+const PROFILE_DIR = process.env.BENCH_PROFILE_DIR;
+// Settings for every service node (JSON), for an A/B of one setting: BENCH_SERVICE_ENV='{"DELIVERY_POLL_INTERVAL":"250ms"}'.
+const SERVICE_ENV: Record<string, string> = JSON.parse(process.env.BENCH_SERVICE_ENV ?? "{}");
+const CUSTOMER = "bench";
+const TOPIC = "tasking:order_status";
+
+const sleep = (ms: number) => new Promise(resolve => setTimeout(resolve, ms));
+const here = (file: string) => path.join(__dirname, file);
+// Every database schema and stream of this run is named after it, and removed by it.
+const runId = `b${crypto.randomBytes(3).toString("hex")}`;
+let deployments = 0;
+
+/** A deployment of the service: what the backlog scenario uses of it, and the producer's broker. */
+export interface Deployment extends BacklogDeployment {
+	label: string;
+	producer: ServiceBroker;
+}
+
+export interface DeployOptions {
+	engine: "sqlite" | "postgresql";
+	cluster?: boolean;
+	healthyUrls: string[];
+	neighbourUrls?: string[];
+	caFile: string;
+	env?: Record<string, string>;
+}
+
+/** Starts the service's processes (fresh database, fresh stream) and creates the webhooks. */
+export async function deploy(options: DeployOptions): Promise<Deployment> {
+	deployments += 1;
+	const namespace = `${runId}d${deployments}`;
+	const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), "swh-bench-"));
+	const schema = options.engine === "postgresql" ? `bench_${namespace}` : undefined;
+	const env: Record<string, string> = {
+		...serviceNodeEnv(namespace, NATS_URL, dataDir),
+		WEBHOOK_ALLOW_NETS: "127.0.0.0/8",
+		WEBHOOK_CA_FILE: options.caFile,
+		DELIVERY_CONCURRENCY: String(CONCURRENCY),
+		...(schema ? { DATABASE_URL, DATABASE_SCHEMA: schema } : {}),
+		...options.env,
+		...SERVICE_ENV,
+	};
+	const nodeOptions = (name: string) => (PROFILE_DIR ? ["--cpu-prof", `--cpu-prof-dir=${path.join(PROFILE_DIR, `${namespace}-${name}`)}`] : []);
+	const start = (name: string, services: string) => startChild<unknown>(here("service-node.ts"), { ...env, SERVICES: services, NODE_ID: `${namespace}-${name}` }, 120_000, nodeOptions(name));
+	// The producer first: "after start" is about the service's processes, not the producer.
+	const producer = producerBroker(namespace, NATS_URL);
+	await producer.start();
+	const nodes: Array<ChildServer<unknown>> = [];
+	const nodeRoles: string[] = [];
+	const dispatchers: Array<ChildServer<unknown>> = [];
+	try {
+		if (options.cluster) {
+			// The roles of a real cluster: the notifier takes every event from the channel too,
+			// though the bench's users want no email.
+			nodes.push(await start("gateway", "topics,webhooks,users"), await start("notifier", "notifier"));
+			nodeRoles.push("gateway", "notifier");
+			// One after the other: two processes migrating a fresh schema at once can collide.
+			for (const name of ["dispatcher-1", "dispatcher-2"]) dispatchers.push(await start(name, "dispatcher"));
+		} else {
+			dispatchers.push(await start("all", "topics,webhooks,users,dispatcher"));
+		}
+		nodes.push(...dispatchers);
+		nodeRoles.push(...dispatchers.map(() => (options.cluster ? "dispatchers" : "all")));
+	} catch (err) {
+		await Promise.all([...nodes, ...dispatchers].map(node => node.stop()));
+		await producer.stop();
+		throw err;
+	}
+	await producer.waitForServices(["webhooks", "dispatcher", ...(options.cluster ? ["notifier"] : [])], 60_000);
+	const create = (url: string, i: number) =>
+		producer.call<{ id: string }, object>("webhooks.create", { name: `bench-${i}`, url, events: [TOPIC] }, { meta: { customerId: CUSTOMER } });
+	const healthy = [];
+	for (const [i, url] of options.healthyUrls.entries()) healthy.push(await create(url, i));
+	for (const [i, url] of (options.neighbourUrls ?? []).entries()) await create(url, 100 + i);
+	const db = schema
+		? knex({ client: "pg", connection: DATABASE_URL, searchPath: [schema], pool: { min: 0, max: 2 } })
+		: knex({ client: "better-sqlite3", connection: { filename: path.join(dataDir, "service.sqlite") }, useNullAsDefault: true });
+	return {
+		label: namespace,
+		engine: options.engine,
+		cluster: Boolean(options.cluster),
+		producer,
+		dispatchers,
+		nodes,
+		nodeRoles,
+		db,
+		healthyIds: healthy.map(webhook => webhook.id),
+		send: sendVia(producer),
+		async stop() {
+			await producer.stop();
+			await Promise.all(dispatchers.map(node => node.stop()));
+			await Promise.all(nodes.filter(node => !dispatchers.includes(node)).map(node => node.stop()));
+			// BENCH_KEEP_DATA=1 keeps the SQLite files (and prints where), to look at the timestamps.
+			if (process.env.BENCH_KEEP_DATA) {
+				process.stderr.write(`bench delivery: kept ${schema ? `schema ${schema}` : dataDir}\n`);
+				await db.destroy();
+				return;
+			}
+			if (schema) await db.raw(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`);
+			await db.destroy();
+			fs.rmSync(dataDir, { recursive: true, force: true });
+		},
+	};
+}
+
+let eventSeq = 0;
+export function orderEvent(extra: Record<string, unknown> = {}) {
+	eventSeq += 1;
+	return { customer_id: CUSTOMER, user_id: "bench-user", order_id: `order-${runId}-${eventSeq}`, status: "fulfilled", order_name: "Benchmark order", details: extra };
+}
+
+async function succeededOf(deployment: Pick<Deployment, "db" | "healthyIds">): Promise<number> {
+	const [{ count }] = await deployment.db("deliveries").where({ status: "succeeded" }).whereIn("webhook_id", deployment.healthyIds).count({ count: "*" });
+	return Number(count);
+}
+
+/**
+ * Sends `events` with at most IN_SYSTEM of them not yet delivered, and waits until the receivers
+ * have answered every one of their `healthy` deliveries and `persisted` (when given) has seen
+ * them recorded. Returns healthy deliveries per second.
+ */
+export async function closedLoopRate(send: (event: object) => Promise<void>, receivers: Receivers, events: number, healthy: number, persisted?: (expected: number) => Promise<void>): Promise<number> {
+	const baseOk = receivers.ok;
+	const started = monotonicMs();
+	let next = 0;
+	const publisher = async () => {
+		while (next < events) {
+			const i = next++;
+			await receivers.waitForOk(baseOk + (i - IN_SYSTEM + 1) * healthy);
+			await send(orderEvent());
+		}
+	};
+	await Promise.all(Array.from({ length: Math.min(IN_SYSTEM, events) }, publisher));
+	const expected = events * healthy;
+	await receivers.waitForOk(baseOk + expected);
+	await persisted?.(expected);
+	return expected / ((monotonicMs() - started) / 1000);
+}
+
+/** The dispatcher's throughput: a delivery counts once it is recorded as succeeded. */
+export async function throughput(deployment: Pick<Deployment, "db" | "healthyIds" | "send">, receivers: Receivers, events: number): Promise<number> {
+	const baseSucceeded = await succeededOf(deployment);
+	return closedLoopRate(deployment.send, receivers, events, deployment.healthyIds.length, async expected => {
+		while ((await succeededOf(deployment)) < baseSucceeded + expected) await sleep(5);
+	});
+}
+
+/** Runs `work` against a bare relay started now, fed through a channel of its own. */
+export async function withRelay<T>(targets: Array<{ url: string }>, ca: string, work: (send: (event: object) => Promise<void>, relay: ChildServer<unknown>) => Promise<T>): Promise<T> {
+	deployments += 1;
+	const namespace = `${runId}r${deployments}`;
+	// The producer first, as in deploy(): "after start" is about the relay, not the producer.
+	const producer = producerBroker(namespace, NATS_URL);
+	await producer.start();
+	let relay: ChildServer<unknown> | undefined;
+	try {
+		relay = await startChild<unknown>(here("relay-node.ts"), {
+			TRANSPORTER: NATS_URL,
+			NAMESPACE: namespace,
+			RELAY_CA: ca,
+			RELAY_TARGETS: JSON.stringify(targets.map(target => ({ url: target.url, secret: generateWebhookSecret() }))),
+		});
+		return await work(sendVia(producer), relay);
+	} finally {
+		await relay?.stop();
+		await producer.stop();
+	}
+}
+
+/** Deletes the JetStream streams this run made. */
+export async function removeStreams(): Promise<void> {
+	const nats = await connect({ servers: new URL(NATS_URL).host });
+	try {
+		const manager = await nats.jetstreamManager();
+		for await (const stream of manager.streams.list()) {
+			if (stream.config.name.startsWith(runId)) await manager.streams.delete(stream.config.name);
+		}
+	} finally {
+		await nats.close();
+	}
+}
