@@ -34,7 +34,7 @@ import type { ProbeFigures } from "./event-loop-probe";
 import { BROKER_PROCESSES, DATABASE_PROCESSES, cpuSecondsBetween, cpuSecondsByPid } from "./process-cpu";
 import { monotonicMs } from "./receiver";
 import type { Receivers } from "./receivers";
-import { percentile, round } from "./stats";
+import { percentile, ratioOrNull, round } from "./stats";
 
 const SMALL = Number(process.env.BENCH_BACKLOG_SMALL ?? 5_000);
 const LARGE = Number(process.env.BENCH_BACKLOG_LARGE ?? 100_000);
@@ -179,7 +179,6 @@ async function natsTraffic(url: string): Promise<{ read(): { messages: number; b
 
 const sleep = (ms: number) => new Promise(resolve => setTimeout(resolve, ms));
 const median = (values: number[]) => percentile([...values].sort((a, b) => a - b), 50);
-const ratio = (value: number | null, reference: number | null) => (value === null || reference === null || reference === 0 ? null : round(value / reference, 2));
 const rateOf = (bursts: BurstFigures[]) => (bursts.every(burst => burst.valid) ? median(bursts.map(burst => burst.deliveries_per_s!)) : null);
 
 type ClaimTotals = { count: number; seconds: number };
@@ -357,7 +356,7 @@ async function pendingSteps(harness: BacklogHarness, deployment: BacklogDeployme
 			pending,
 			insert_seconds: insertSeconds,
 			deliveries_per_s: rateOf(bursts),
-			vs_empty_table: ratio(rateOf(bursts), emptyRate),
+			vs_empty_table: ratioOrNull(rateOf(bursts), emptyRate),
 			bursts_claim_due_mean_ms: claimMs === null ? null : round(claimMs, 3),
 			due_rounds: due,
 			claim_due_mean_ms: due.valid ? due.claim_due_mean_ms : null,
@@ -370,8 +369,8 @@ async function pendingSteps(harness: BacklogHarness, deployment: BacklogDeployme
 	const lastOfBursts = steps[steps.length - 1]?.bursts_claim_due_mean_ms ?? null;
 	return {
 		steps,
-		claim_with_most_pending_vs_fewest: ratio(last, first),
-		bursts_claim_with_most_pending_vs_fewest: ratio(lastOfBursts, firstOfBursts),
+		claim_with_most_pending_vs_fewest: ratioOrNull(last, first),
+		bursts_claim_with_most_pending_vs_fewest: ratioOrNull(lastOfBursts, firstOfBursts),
 		...(skipped.length ? { steps_not_run: skipped, why_not_run: `above BENCH_BACKLOG_SQLITE_PENDING_MAX (${SQLITE_PENDING_MAX})` } : {}),
 	};
 }
@@ -396,9 +395,9 @@ async function modeRun(harness: BacklogHarness, mode: string, urls: string[], wi
 			warm_deliveries_per_s: warmRate,
 			closed_loop_deliveries_per_s: round(closed),
 			large_bursts: large,
-			cold_vs_warm: ratio(cold.deliveries_per_s, warmRate),
-			large_vs_warm: largeRates.map(rate => ratio(rate, warmRate)),
-			large_vs_closed_loop: largeRates.map(rate => ratio(rate, closed)),
+			cold_vs_warm: ratioOrNull(cold.deliveries_per_s, warmRate),
+			large_vs_warm: largeRates.map(rate => ratioOrNull(rate, warmRate)),
+			large_vs_closed_loop: largeRates.map(rate => ratioOrNull(rate, closed)),
 			...natsCounted,
 			...(withPending ? { pending: await pendingSteps(harness, deployment, engine, warmRate) } : {}),
 		};
@@ -434,8 +433,8 @@ export function againstFloor(backlog: Awaited<ReturnType<typeof backlogScenario>
 		for (const layout of LAYOUTS) {
 			const figures = (backlog as unknown as Record<string, Record<string, ModeFigures & Record<string, unknown>>>)[mode]?.[layout];
 			if (!figures) continue;
-			figures.large_vs_floor = figures.large_bursts.map(b => ratio(b.deliveries_per_s, floorRate));
-			figures.large_cpu_vs_raw_loop = figures.large_bursts.map(b => ratio(b.cpu_us_per_delivery.total, rawLoopUsPerDelivery));
+			figures.large_vs_floor = figures.large_bursts.map(b => ratioOrNull(b.deliveries_per_s, floorRate));
+			figures.large_cpu_vs_raw_loop = figures.large_bursts.map(b => ratioOrNull(b.cpu_us_per_delivery.total, rawLoopUsPerDelivery));
 		}
 	}
 	return { ...backlog, raw_loop_cpu_us_per_delivery: round(rawLoopUsPerDelivery) };

@@ -31,7 +31,7 @@ import { startChild } from "./child";
 import type { Probe } from "./cluster-nodes";
 import { monotonicMs, type ReceiverReady } from "./receiver";
 import { Receivers } from "./receivers";
-import { percentile, round } from "./stats";
+import { percentile, ratioOrNull, round } from "./stats";
 
 const MODES = (process.env.BENCH_ORDERING_MODES ?? "sqlite,postgresql").split(",").filter(Boolean) as Array<"sqlite" | "postgresql">;
 const WEBHOOKS = Number(process.env.BENCH_ORDERING_WEBHOOKS ?? 10);
@@ -73,7 +73,6 @@ interface Context {
 
 const sleep = (ms: number) => new Promise(resolve => setTimeout(resolve, ms));
 const median = (values: number[]) => percentile(values, 50);
-const ratio = (value: number | null, reference: number | null) => (value === null || reference === null || reference === 0 ? null : round(value / reference, 2));
 const rateOf = (runs: Array<{ deliveries_per_s: number | null }>) => (runs.length > 0 && runs.every(run => run.deliveries_per_s !== null) ? median(runs.map(run => run.deliveries_per_s!)) : null);
 const tag = crypto.randomBytes(3).toString("hex");
 let orders = 0;
@@ -305,13 +304,13 @@ async function orderingCost(ctx: Context, engine: "sqlite" | "postgresql") {
 			per_order_vs_none: {
 				none: { ...none, burst_deliveries_per_s: rates.noneBurst, closed_loop_deliveries_per_s: rates.noneClosed },
 				per_order: { bursts: perOrder.bursts, closed_loops: perOrder.closed_loops, burst_deliveries_per_s: rates.orderedBurst, closed_loop_deliveries_per_s: rates.orderedClosed },
-				burst_ratio: ratio(rates.orderedBurst, rates.noneBurst),
-				closed_loop_ratio: ratio(rates.orderedClosed, rates.noneClosed),
+				burst_ratio: ratioOrNull(rates.orderedBurst, rates.noneBurst),
+				closed_loop_ratio: ratioOrNull(rates.orderedClosed, rates.noneClosed),
 			},
 			five_statuses_vs_distinct: {
 				distinct_deliveries_per_s: rates.orderedBurst,
 				five_statuses: { bursts: perOrder.five_status_bursts, deliveries_per_s: rates.five },
-				ratio: ratio(rates.five, rates.orderedBurst),
+				ratio: ratioOrNull(rates.five, rates.orderedBurst),
 			},
 			claims_with_waiting: {
 				waiting: WAITING,
@@ -319,9 +318,9 @@ async function orderingCost(ctx: Context, engine: "sqlite" | "postgresql") {
 				insert_seconds: insertSeconds,
 				without: { claims_due: perOrder.bursts.reduce((sum, run) => sum + run.claims_due, 0), claim_due_mean_ms: claimMean(perOrder.bursts), deliveries_per_s: rates.orderedBurst },
 				with: { bursts: withWaiting, claims_due: withWaiting.reduce((sum, run) => sum + run.claims_due, 0), claim_due_mean_ms: claimMean(withWaiting), deliveries_per_s: rateOf(withWaiting) },
-				claim_ratio: ratio(claimMean(withWaiting), claimMean(perOrder.bursts)),
-				claim_reads: { without: readsWithout, with: readsWith, due_ratio: ratio(readsWith.due_ms, readsWithout.due_ms), webhook_ratio: ratio(readsWith.webhook_ms, readsWithout.webhook_ms) },
-				burst_rate_ratio: ratio(rateOf(withWaiting), rates.orderedBurst),
+				claim_ratio: ratioOrNull(claimMean(withWaiting), claimMean(perOrder.bursts)),
+				claim_reads: { without: readsWithout, with: readsWith, due_ratio: ratioOrNull(readsWith.due_ms, readsWithout.due_ms), webhook_ratio: ratioOrNull(readsWith.webhook_ms, readsWithout.webhook_ms) },
+				burst_rate_ratio: ratioOrNull(rateOf(withWaiting), rates.orderedBurst),
 			},
 		};
 	} finally {
@@ -423,10 +422,10 @@ async function badNeighbour(ctx: Context, engine: "sqlite" | "postgresql") {
 		variants.push({
 			stuck_retry_every_ms: retryMs,
 			with: { ...withStuck, perSecond: undefined },
-			throughput_with_vs_without: ratio(withStuck.healthy_deliveries_per_s, without.healthy_deliveries_per_s),
+			throughput_with_vs_without: ratioOrNull(withStuck.healthy_deliveries_per_s, without.healthy_deliveries_per_s),
 			// Valid or not: a run that stalled past its bound still says how far it got.
-			answered_rate_with_vs_without: ratio(withStuck.throughput.answered_per_s, without.throughput.answered_per_s),
-			p99_with_vs_without: ratio(withStuck.latency.p99_ms, without.latency.p99_ms),
+			answered_rate_with_vs_without: ratioOrNull(withStuck.throughput.answered_per_s, without.throughput.answered_per_s),
+			p99_with_vs_without: ratioOrNull(withStuck.latency.p99_ms, without.latency.p99_ms),
 			breaker_opened: withStuck.breaker.opened,
 		});
 	}

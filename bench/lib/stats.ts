@@ -71,3 +71,8 @@ export function busiestSecond(times: readonly number[]): number {
 export function ratioOf(value: number, reference: number): number {
 	return round(value / reference, 2);
 }
+
+/** The same, or null when either figure is unknown (a lost run) or the reference is 0. */
+export function ratioOrNull(value: number | null, reference: number | null): number | null {
+	return value === null || reference === null || reference === 0 ? null : ratioOf(value, reference);
+}
