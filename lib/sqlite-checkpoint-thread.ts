@@ -44,15 +44,17 @@ const MAX_PASSES_BEFORE_RESTART = 8;
  * and the writer's busy handler sleeps 1, 2, then 5 ms between tries.
  */
 function checkpoint(): void {
+	const passive = () => (db.pragma("wal_checkpoint(PASSIVE)") as CheckpointResult)[0];
 	try {
-		let [{ log, checkpointed }] = db.pragma("wal_checkpoint(PASSIVE)") as CheckpointResult;
+		let { log } = passive();
 		if (log < restartAtFrames) return;
 		for (let pass = 1; pass < MAX_PASSES_BEFORE_RESTART; pass++) {
 			const before = log;
-			[{ log, checkpointed }] = db.pragma("wal_checkpoint(PASSIVE)") as CheckpointResult;
+			const copied = passive();
+			log = copied.log;
 			// A pass copies the frames there were when it began (less those a reader still needs): the
 			// same count at the next pass, all of it copied, means nothing came in meanwhile.
-			if (log === before && checkpointed === log) break;
+			if (log === before && copied.checkpointed === log) break;
 		}
 		db.pragma("wal_checkpoint(RESTART)");
 	} catch (error) {
