@@ -9,6 +9,7 @@ import knex from "knex";
 import type { ServiceBroker } from "moleculer";
 import { connect } from "nats";
 import { generateWebhookSecret } from "../../lib/crypto";
+import { TASKING_ORDER_STATUS_TOPIC } from "../../lib/schemas/events";
 import type { BacklogDeployment } from "./backlog";
 import { startChild, type ChildServer } from "./child";
 import { producerBroker, sendVia, serviceNodeEnv } from "./cluster-nodes";
@@ -32,7 +33,6 @@ const PROFILE_DIR = process.env.BENCH_PROFILE_DIR;
 // Settings for every service node (JSON), for an A/B of one setting: BENCH_SERVICE_ENV='{"DELIVERY_POLL_INTERVAL":"250ms"}'.
 const SERVICE_ENV: Record<string, string> = JSON.parse(process.env.BENCH_SERVICE_ENV ?? "{}");
 const CUSTOMER = "bench";
-const TOPIC = "tasking:order_status";
 
 const sleep = (ms: number) => new Promise(resolve => setTimeout(resolve, ms));
 const here = (file: string) => path.join(__dirname, file);
@@ -98,7 +98,7 @@ export async function deploy(options: DeployOptions): Promise<Deployment> {
 	}
 	await producer.waitForServices(["webhooks", "dispatcher", ...(options.cluster ? ["notifier"] : [])], 60_000);
 	const create = (url: string, i: number) =>
-		producer.call<{ id: string }, object>("webhooks.create", { name: `bench-${i}`, url, events: [TOPIC] }, { meta: { customerId: CUSTOMER } });
+		producer.call<{ id: string }, object>("webhooks.create", { name: `bench-${i}`, url, events: [TASKING_ORDER_STATUS_TOPIC] }, { meta: { customerId: CUSTOMER } });
 	const healthy = [];
 	for (const [i, url] of options.healthyUrls.entries()) healthy.push(await create(url, i));
 	for (const [i, url] of (options.neighbourUrls ?? []).entries()) await create(url, 100 + i);
