@@ -12,9 +12,23 @@ export function unixSeconds(timestamp: Date): number {
 	return Math.floor(timestamp.getTime() / 1000);
 }
 
-/** A secret's key bytes: the base64 after the whsec_ prefix (as the reference library reads it). */
-function keyOf(secret: string): Buffer {
-	return Buffer.from(secret.startsWith(SECRET_PREFIX) ? secret.slice(SECRET_PREFIX.length) : secret, "base64");
+// Each secret becomes a KeyObject once. Given a Buffer, Node 24's createHmac first asks whether it
+// is a KeyObject or a CryptoKey by throwing and catching an exception each time: 10.4 µs a
+// signature on Node 24.21 against 1.8 µs with a KeyObject (1.8 against 2.4 µs on Node 20, where
+// the base64 decoding is what is saved). The cache forgets its oldest entries past a bound, so
+// that secrets of deleted webhooks and rotations do not pile up.
+export const MAX_CACHED_SIGNING_KEYS = 10_000;
+const keyObjects = new Map<string, crypto.KeyObject>();
+
+/** A secret's key: the base64 after the whsec_ prefix (as the reference library reads it). */
+function keyOf(secret: string): crypto.KeyObject {
+	let key = keyObjects.get(secret);
+	if (key === undefined) {
+		if (keyObjects.size >= MAX_CACHED_SIGNING_KEYS) keyObjects.delete(keyObjects.keys().next().value!);
+		key = crypto.createSecretKey(Buffer.from(secret.startsWith(SECRET_PREFIX) ? secret.slice(SECRET_PREFIX.length) : secret, "base64"));
+		keyObjects.set(secret, key);
+	}
+	return key;
 }
 
 /**

@@ -3,7 +3,7 @@
 import { Webhook, WebhookVerificationError } from "standardwebhooks";
 import vectors from "../testdata/standard-webhooks-vectors.json";
 import { generateWebhookSecret } from "../lib/crypto";
-import { signMessage, unixSeconds } from "../lib/signing";
+import { MAX_CACHED_SIGNING_KEYS, signMessage, unixSeconds } from "../lib/signing";
 
 describe("signMessage", () => {
 	it.each(vectors.vectors)("reproduces the official Standard Webhooks vector ($msg_id)", vector => {
@@ -56,6 +56,25 @@ describe("signMessage", () => {
 		const later = new Date(1_700_000_000_999);
 		expect(unixSeconds(later)).toBe(1_700_000_000);
 		expect(signMessage("m", later, "{}", [secret])).toBe(signMessage("m", start, "{}", [secret]));
+	});
+
+	it("signs right with a secret seen again after its cached key was forgotten, and with secrets that differ by one byte", () => {
+		const first = generateWebhookSecret();
+		const at = new Date();
+		const body = '{"order_id":"o-1"}';
+		const headers = (signature: string) => ({ "webhook-id": "msg_5", "webhook-timestamp": String(unixSeconds(at)), "webhook-signature": signature });
+		const before = signMessage("msg_5", at, body, [first]);
+		// Past the bound, the oldest keys are forgotten; the first secret's is made again.
+		for (let i = 0; i <= MAX_CACHED_SIGNING_KEYS; i++) signMessage("msg_5", at, body, [generateWebhookSecret()]);
+		expect(signMessage("msg_5", at, body, [first])).toBe(before);
+		expect(new Webhook(first).verify(body, headers(before))).toEqual(JSON.parse(body));
+		// A cache keyed by anything coarser than the whole secret would sign with the wrong key.
+		const raw = Buffer.from(first.slice("whsec_".length), "base64");
+		raw[raw.length - 1] ^= 1;
+		const neighbour = `whsec_${raw.toString("base64")}`;
+		const other = signMessage("msg_5", at, body, [neighbour]);
+		expect(other).not.toBe(before);
+		expect(new Webhook(neighbour).verify(body, headers(other))).toEqual(JSON.parse(body));
 	});
 
 	it("refuses to sign without a secret", () => {
