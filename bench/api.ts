@@ -19,6 +19,7 @@ import { mintToken } from "../lib/auth";
 import { startChild } from "./lib/child";
 import { measureLoad, type LoadFigures } from "./lib/load";
 import { round } from "./lib/stats";
+import { TASKING_ORDER_STATUS_TOPIC } from "../lib/schemas/events";
 
 const SEEDED_WEBHOOKS = 25;
 const GOAL_RATIO = 0.5;
@@ -40,7 +41,7 @@ async function seed(baseUrl: string, token: string): Promise<{ created: number; 
 		const response = await fetch(`${baseUrl}/id/v3/webhooks`, {
 			method: "POST",
 			headers: { authorization: `Bearer ${token}`, "content-type": "application/json" },
-			body: JSON.stringify({ name: `Seeded webhook ${i}`, url: `https://hooks.example.com/seed/${i}`, events: ["tasking:order_status"] }),
+			body: JSON.stringify({ name: `Seeded webhook ${i}`, url: `https://hooks.example.com/seed/${i}`, events: [TASKING_ORDER_STATUS_TOPIC] }),
 		});
 		if (response.status !== 201) return { created, failure: { status: response.status, body: (await response.text()).slice(0, 500) } };
 		created++;
@@ -98,7 +99,7 @@ export async function run(): Promise<object> {
 			headers: { ...auth, "content-type": "application/json" },
 			body: () => {
 				const n = ++created;
-				return JSON.stringify({ name: `Bench ${n}`, url: `https://hooks.example.com/bench/${n}`, events: ["tasking:order_status"] });
+				return JSON.stringify({ name: `Bench ${n}`, url: `https://hooks.example.com/bench/${n}`, events: [TASKING_ORDER_STATUS_TOPIC] });
 			},
 		});
 

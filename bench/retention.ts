@@ -15,6 +15,7 @@ import { isPostgres } from "../mixins/db.mixin";
 import { startBenchTarget, type Receiver } from "./lib/bench-target";
 import { startBenchApp, type BenchApp } from "./lib/bench-app";
 import { round } from "./lib/stats";
+import { TASKING_ORDER_STATUS_TOPIC } from "../lib/schemas/events";
 
 const CONCURRENCY = Number(process.env.BENCH_CONCURRENCY ?? 64);
 const ROWS = Number(process.env.BENCH_RETENTION_ROWS ?? 1_000_000);
@@ -29,7 +30,7 @@ const sleep = (ms: number) => new Promise(resolve => setTimeout(resolve, ms));
 /** Seeds finished work 40 days old, in the database itself (fast on both engines). */
 async function seedOld(db: Knex, messages: number): Promise<void> {
 	const old = new Date(Date.now() - 40 * 86_400_000).toISOString();
-	const body = JSON.stringify({ type: "tasking:order_status", timestamp: old, data: { order_id: "old", status: "fulfilled", user_id: "old-user" } });
+	const body = JSON.stringify({ type: TASKING_ORDER_STATUS_TOPIC, timestamp: old, data: { order_id: "old", status: "fulfilled", user_id: "old-user" } });
 	if (isPostgres(db)) {
 		const series = `FROM generate_series(0, ? - 1) AS i`;
 		await db.raw(`INSERT INTO delivery_messages (event_id, customer_id, user_id, type, body, occurred_at, created_at)
@@ -89,7 +90,7 @@ export async function run(): Promise<object> {
 	let stack: BenchApp | undefined;
 	try {
 		stack = await startBenchApp({ ...target.dispatcherEnv, RETENTION_PERIOD: "30d" });
-		await stack.app.broker.call("webhooks.create", { name: "bench", url, events: ["tasking:order_status"] }, { meta: { customerId: "bench" } });
+		await stack.app.broker.call("webhooks.create", { name: "bench", url, events: [TASKING_ORDER_STATUS_TOPIC] }, { meta: { customerId: "bench" } });
 		const messages = Math.ceil(ROWS / ROWS_PER_MESSAGE);
 		const seedStarted = performance.now();
 		await seedOld(stack.db, messages);

@@ -13,6 +13,7 @@ import type { Knex } from "knex";
 import { startBenchApp } from "./lib/bench-app";
 import { percentile, round } from "./lib/stats";
 import { isPostgres } from "../mixins/db.mixin";
+import { TASKING_ORDER_STATUS_TOPIC } from "../lib/schemas/events";
 
 const SIZES = (process.env.BENCH_SCHEDULER_SIZES ?? "1000,1000000").split(",").map(Number);
 const BATCH = 128; // a claim batch of the size the scheduler goal was set for (half of what one dispatcher may hold: 64 × 4)
@@ -34,8 +35,8 @@ async function seedFuture(db: Knex, count: number): Promise<void> {
 		event_id: `00000000-0000-4000-8000-${String(i).padStart(12, "0")}`,
 		customer_id: "bench",
 		user_id: "bench-user",
-		type: "tasking:order_status",
-		body: JSON.stringify({ type: "tasking:order_status", timestamp: now, data: { order_id: `order-${i}`, status: "fulfilled", user_id: "bench-user" } }),
+		type: TASKING_ORDER_STATUS_TOPIC,
+		body: JSON.stringify({ type: TASKING_ORDER_STATUS_TOPIC, timestamp: now, data: { order_id: `order-${i}`, status: "fulfilled", user_id: "bench-user" } }),
 		occurred_at: now,
 		created_at: now,
 	}));

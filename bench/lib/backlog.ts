@@ -260,7 +260,7 @@ async function addPending(db: Knex, engine: "sqlite" | "postgresql", already: nu
 	const now = new Date().toISOString();
 	const later = new Date(Date.now() + 7 * 24 * 3_600_000).toISOString();
 	const eventId = crypto.randomUUID();
-	await db("delivery_messages").insert({ event_id: eventId, customer_id: "bench-pending", user_id: "bench-pending", type: "tasking:order_status", body: "{}", occurred_at: now, created_at: now });
+	await db("delivery_messages").insert({ event_id: eventId, customer_id: "bench-pending", user_id: "bench-pending", type: TASKING_ORDER_STATUS_TOPIC, body: "{}", occurred_at: now, created_at: now });
 	for (let done = already; done < total; done += PENDING_CHUNK) {
 		const rows = Math.min(PENDING_CHUNK, total - done);
 		const columns = "id, event_id, webhook_id, customer_id, status, attempt_count, next_attempt_at, created_at, updated_at";

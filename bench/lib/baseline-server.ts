@@ -6,6 +6,7 @@ import http from "node:http";
 import { ServiceBroker } from "moleculer";
 import ApiGateway from "moleculer-web";
 import { serveUntilStopped } from "./child";
+import { TASKING_ORDER_STATUS_TOPIC } from "../../lib/schemas/events";
 
 const PAGE_SIZE = 25;
 const CONSTANT_PAGE = {
@@ -13,7 +14,7 @@ const CONSTANT_PAGE = {
 		id: `00000000-0000-4000-8000-${String(i).padStart(12, "0")}`,
 		name: `Seeded webhook ${i}`,
 		url: `https://hooks.example.com/seed/${i}`,
-		events: ["tasking:order_status"],
+		events: [TASKING_ORDER_STATUS_TOPIC],
 		active: true,
 		created_at: "2026-01-01T00:00:00.000Z",
 		updated_at: "2026-01-01T00:00:00.000Z",

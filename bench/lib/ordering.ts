@@ -32,6 +32,7 @@ import type { Probe } from "./cluster-nodes";
 import { monotonicMs, type ReceiverReady } from "./receiver";
 import { Receivers } from "./receivers";
 import { percentile, ratioOrNull, round } from "./stats";
+import { TASKING_ORDER_STATUS_TOPIC } from "../../lib/schemas/events";
 
 const MODES = (process.env.BENCH_ORDERING_MODES ?? "sqlite,postgresql").split(",").filter(Boolean) as Array<"sqlite" | "postgresql">;
 const WEBHOOKS = Number(process.env.BENCH_ORDERING_WEBHOOKS ?? 10);
@@ -96,7 +97,7 @@ function orderStatuses(customer: string, count: number, extra: (seq: number) => 
 async function createWebhooks(deployment: OrderingDeployment, customer: string, urls: string[], ordering: "none" | "per_order"): Promise<string[]> {
 	const ids = [];
 	for (const [i, url] of urls.entries()) {
-		const webhook = await deployment.producer.call<{ id: string }, object>("webhooks.create", { name: `${customer}-${i}`, url, events: ["tasking:order_status"], ordering }, { meta: { customerId: customer } });
+		const webhook = await deployment.producer.call<{ id: string }, object>("webhooks.create", { name: `${customer}-${i}`, url, events: [TASKING_ORDER_STATUS_TOPIC], ordering }, { meta: { customerId: customer } });
 		ids.push(webhook.id);
 	}
 	return ids;
