@@ -51,7 +51,7 @@ import { probe, probeAll, type Probe } from "./lib/cluster-nodes";
 import { closedLoopRate, CONCURRENCY, deploy, type Deployment, EVENTS, LATENCY_ROUNDS, NATS_URL, OFFERED, orderEvent, removeStreams, throughput, WARM_UP_EVENTS, withRelay } from "./lib/deployment";
 import { monotonicMs, type ReceiverReady } from "./lib/receiver";
 import { Receivers } from "./lib/receivers";
-import { againstFloor, backlogScenario, type BacklogHarness } from "./lib/backlog";
+import { againstFloor, backlogScenario, processesOf, type BacklogHarness } from "./lib/backlog";
 import { neighboursScenario } from "./lib/neighbours";
 import { orderingScenario } from "./lib/ordering";
 import { rateLimitScenario } from "./lib/rate-limit";
@@ -124,9 +124,9 @@ async function engineScenario(options: EngineOptions, healthyUrls: string[], caF
 	let loop: Probe[];
 	try {
 		await throughput(deployment, receivers, WARM_UP_EVENTS);
-		await probeAll([...deployment.nodes, receivers.child]);
+		await probeAll(processesOf(deployment, receivers));
 		rate = await throughput(deployment, receivers, EVENTS);
-		loop = await probeAll([...deployment.nodes, receivers.child]);
+		loop = await probeAll(processesOf(deployment, receivers));
 	} finally {
 		await deployment.stop();
 	}

@@ -67,15 +67,23 @@ export async function sendAllAtOnce(events: object[], send: (event: object) => P
 	return failed;
 }
 
+/** A service process of a deployment: "all" on one node; in the cluster a gateway, a notifier and two "dispatchers". */
+export interface ServiceNode {
+	role: "gateway" | "notifier" | "dispatchers" | "all";
+	server: ChildServer<unknown>;
+}
+
+/** The service's processes, then the receivers': what a burst probes for CPU. */
+export const processesOf = (deployment: BacklogDeployment, receivers: Receivers) => [...deployment.nodes.map(node => node.server), receivers.child];
+
 /** What the backlog scenario needs of the delivery benchmark's own machinery. */
 export interface BacklogDeployment {
 	engine: "sqlite" | "postgresql";
 	cluster: boolean;
 	/** The dispatcher processes (one, or two in the cluster). */
 	dispatchers: Array<ChildServer<unknown>>;
-	nodes: Array<ChildServer<unknown>>;
-	/** Each node's role ("gateway", "notifier", "dispatchers", or "all" on one node), in the order of nodes. */
-	nodeRoles: string[];
+	/** Every service process and its role, by which a burst splits the service's CPU. */
+	nodes: ServiceNode[];
 	db: Knex;
 	healthyIds: string[];
 	send(event: object): Promise<void>;
@@ -202,7 +210,7 @@ async function burst(harness: BacklogHarness, deployment: BacklogDeployment, del
 	const baseRepeats = receivers.repeats;
 	const baseBytes = receivers.okBytes;
 	const claimsBefore = claimTotals(await harness.probe(deployment.dispatchers));
-	await harness.probe([...deployment.nodes, receivers.child]); // starts every process's CPU window
+	await harness.probe(processesOf(deployment, receivers)); // starts every process's CPU window
 	const counters = deployment.engine === "postgresql" ? await databaseCounters(deployment.db) : undefined;
 	// Apart: the counting subscriber doubles what nats-server sends, so its CPU would not be the service's.
 	const traffic = options.countNats ? await natsTraffic(harness.natsUrl) : undefined;
@@ -214,7 +222,7 @@ async function burst(harness: BacklogHarness, deployment: BacklogDeployment, del
 	// A minute, plus 10 ms per delivery.
 	const drained = await receivers.drainedWithin(baseOk + expected, 60_000 + 10 * expected);
 	const seconds = (monotonicMs() - started) / 1000;
-	const probes = await harness.probe([...deployment.nodes, receivers.child]);
+	const probes = await harness.probe(processesOf(deployment, receivers));
 	const databaseSeconds = cpuSecondsBetween(database, cpuSecondsByPid(DATABASE_PROCESSES));
 	const natsSeconds = cpuSecondsBetween(nats, cpuSecondsByPid(BROKER_PROCESSES));
 	const claimsAfter = claimTotals(await harness.probe(deployment.dispatchers));
@@ -224,7 +232,7 @@ async function burst(harness: BacklogHarness, deployment: BacklogDeployment, del
 	const valid = drained && failedSends === 0 && received === expected;
 	const perDelivery = (cpuSeconds: number) => round((cpuSeconds / expected) * 1e6);
 	const serviceByRole: Record<string, number> = {};
-	for (const [i, role] of deployment.nodeRoles.entries()) serviceByRole[role] = (serviceByRole[role] ?? 0) + probes[i].cpu_cores * seconds;
+	for (const [i, { role }] of deployment.nodes.entries()) serviceByRole[role] = (serviceByRole[role] ?? 0) + probes[i].cpu_cores * seconds;
 	const serviceSeconds = Object.values(serviceByRole).reduce((sum, used) => sum + used, 0);
 	const receiverSeconds = probes[deployment.nodes.length].cpu_cores * seconds;
 	process.stderr.write(`bench delivery: burst of ${expected}: ${valid ? `${Math.round(expected / seconds)}/s` : `INVALID, ${expected - received} missing`} in ${seconds.toFixed(1)} s\n`);

@@ -10,7 +10,7 @@ import type { ServiceBroker } from "moleculer";
 import { connect } from "nats";
 import { generateWebhookSecret } from "../../lib/crypto";
 import { TASKING_ORDER_STATUS_TOPIC } from "../../lib/schemas/events";
-import type { BacklogDeployment } from "./backlog";
+import type { BacklogDeployment, ServiceNode } from "./backlog";
 import { startChild, type ChildServer } from "./child";
 import { producerBroker, sendVia, serviceNodeEnv } from "./cluster-nodes";
 import { monotonicMs } from "./receiver";
@@ -75,24 +75,21 @@ export async function deploy(options: DeployOptions): Promise<Deployment> {
 	// The producer first: "after start" is about the service's processes, not the producer.
 	const producer = producerBroker(namespace, NATS_URL);
 	await producer.start();
-	const nodes: Array<ChildServer<unknown>> = [];
-	const nodeRoles: string[] = [];
+	const nodes: ServiceNode[] = [];
 	const dispatchers: Array<ChildServer<unknown>> = [];
 	try {
 		if (options.cluster) {
 			// The roles of a real cluster: the notifier takes every event from the channel too,
 			// though the bench's users want no email.
-			nodes.push(await start("gateway", "topics,webhooks,users"), await start("notifier", "notifier"));
-			nodeRoles.push("gateway", "notifier");
+			nodes.push({ role: "gateway", server: await start("gateway", "topics,webhooks,users") }, { role: "notifier", server: await start("notifier", "notifier") });
 			// One after the other: two processes migrating a fresh schema at once can collide.
 			for (const name of ["dispatcher-1", "dispatcher-2"]) dispatchers.push(await start(name, "dispatcher"));
 		} else {
 			dispatchers.push(await start("all", "topics,webhooks,users,dispatcher"));
 		}
-		nodes.push(...dispatchers);
-		nodeRoles.push(...dispatchers.map(() => (options.cluster ? "dispatchers" : "all")));
+		nodes.push(...dispatchers.map(server => ({ role: options.cluster ? ("dispatchers" as const) : ("all" as const), server })));
 	} catch (err) {
-		await Promise.all([...nodes, ...dispatchers].map(node => node.stop()));
+		await Promise.all([...nodes.map(node => node.server), ...dispatchers].map(node => node.stop()));
 		await producer.stop();
 		throw err;
 	}
@@ -112,14 +109,13 @@ export async function deploy(options: DeployOptions): Promise<Deployment> {
 		producer,
 		dispatchers,
 		nodes,
-		nodeRoles,
 		db,
 		healthyIds: healthy.map(webhook => webhook.id),
 		send: sendVia(producer),
 		async stop() {
 			await producer.stop();
 			await Promise.all(dispatchers.map(node => node.stop()));
-			await Promise.all(nodes.filter(node => !dispatchers.includes(node)).map(node => node.stop()));
+			await Promise.all(nodes.filter(node => !dispatchers.includes(node.server)).map(node => node.server.stop()));
 			// BENCH_KEEP_DATA=1 keeps the SQLite files (and prints where), to look at the timestamps.
 			if (process.env.BENCH_KEEP_DATA) {
 				process.stderr.write(`bench delivery: kept ${schema ? `schema ${schema}` : dataDir}\n`);
