@@ -55,7 +55,8 @@ import { againstFloor, backlogScenario, processesOf, type BacklogHarness } from 
 import { neighboursScenario } from "./lib/neighbours";
 import { orderingScenario } from "./lib/ordering";
 import { rateLimitScenario } from "./lib/rate-limit";
-import { concurrentLoops, floorBody, keyOf, signedPost, type SignedTarget } from "./lib/signed-post";
+import { concurrentLoops, floorBody, signedPost, type SignedTarget } from "./lib/signed-post";
+import { secretKeyOf } from "../lib/signing";
 import { latencyRound, pooled, type LatencyRound } from "./lib/latency";
 import { mean, ratioOf, round } from "./lib/stats";
 import { tracingScenario } from "./lib/tracing-scenario";
@@ -180,7 +181,7 @@ export async function run(): Promise<object> {
 	const receivers = new Receivers(await startChild<ReceiverReady>(here("receiver.ts"), { RECEIVER_ENDPOINTS: kinds.join(","), RECEIVER_KEY: key, RECEIVER_CERT: cert }));
 	const urls = receivers.ports.map(port => `https://127.0.0.1:${port}/hook`);
 	const healthyUrls = urls.slice(0, HEALTHY);
-	const floorTargets = healthyUrls.map(url => ({ url, key: keyOf(generateWebhookSecret()) }));
+	const floorTargets = healthyUrls.map(url => ({ url, key: secretKeyOf(generateWebhookSecret()) }));
 	const loadBefore = os.loadavg();
 	const results: Record<string, unknown> = {};
 	try {

@@ -21,7 +21,8 @@ import { testCertificate } from "../test/helpers/https-receiver";
 import { startChild } from "./lib/child";
 import type { ReceiverReady } from "./lib/receiver";
 import { Receivers } from "./lib/receivers";
-import { concurrentLoops, floorBody, keyOf, signedPost } from "./lib/signed-post";
+import { concurrentLoops, floorBody, signedPost } from "./lib/signed-post";
+import { secretKeyOf } from "../lib/signing";
 import { round } from "./lib/stats";
 
 const CONCURRENCY = 64;
@@ -73,7 +74,7 @@ export async function run(): Promise<object> {
 	const senderOptions = { allowNets: ["127.0.0.0/8"], caFile, connectionsPerOrigin: PER_ORIGIN };
 	try {
 		const agent = new Agent({ connections: PER_ORIGIN, connect: { ca: cert } });
-		const targets = new Map(urls.map(url => [url, { url, key: keyOf(secret) }]));
+		const targets = new Map(urls.map(url => [url, { url, key: secretKeyOf(secret) }]));
 		const floor = await measure(receivers, urls, async (url, i) => (await signedPost(agent, targets.get(url)!, Buffer.from(floorBody(i)))) === 200);
 		await agent.close();
 

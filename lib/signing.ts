@@ -21,11 +21,16 @@ export const MAX_CACHED_SIGNING_KEYS = 10_000;
 const keyObjects = new Map<string, crypto.KeyObject>();
 
 /** A secret's key: the base64 after the whsec_ prefix (as the reference library reads it). */
+export function secretKeyOf(secret: string): crypto.KeyObject {
+	return crypto.createSecretKey(Buffer.from(secret.startsWith(SECRET_PREFIX) ? secret.slice(SECRET_PREFIX.length) : secret, "base64"));
+}
+
+/** secretKeyOf, made once per secret. */
 function keyOf(secret: string): crypto.KeyObject {
 	let key = keyObjects.get(secret);
 	if (key === undefined) {
 		if (keyObjects.size >= MAX_CACHED_SIGNING_KEYS) keyObjects.delete(keyObjects.keys().next().value!);
-		key = crypto.createSecretKey(Buffer.from(secret.startsWith(SECRET_PREFIX) ? secret.slice(SECRET_PREFIX.length) : secret, "base64"));
+		key = secretKeyOf(secret);
 		keyObjects.set(secret, key);
 	}
 	return key;

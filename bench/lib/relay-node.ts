@@ -10,12 +10,13 @@ import { orderStatusMessage } from "../../lib/schemas/deliveries";
 import { TASKING_ORDER_STATUS_TOPIC, type TaskingOrderStatusEvent } from "../../lib/schemas/events";
 import { serveUntilStopped } from "./child";
 import { startEventLoopProbe } from "./event-loop-probe";
-import { keyOf, signedPost, type SignedTarget } from "./signed-post";
+import { signedPost, type SignedTarget } from "./signed-post";
+import { secretKeyOf } from "../../lib/signing";
 
 async function main(): Promise<void> {
 	const transporter = process.env.TRANSPORTER!;
 	const namespace = process.env.NAMESPACE!;
-	const targets: SignedTarget[] = (JSON.parse(process.env.RELAY_TARGETS!) as Array<{ url: string; secret: string }>).map(t => ({ url: t.url, key: keyOf(t.secret) }));
+	const targets: SignedTarget[] = (JSON.parse(process.env.RELAY_TARGETS!) as Array<{ url: string; secret: string }>).map(t => ({ url: t.url, key: secretKeyOf(t.secret) }));
 	const agent = new Agent({ connections: Number(process.env.RELAY_CONNECTIONS_PER_ORIGIN ?? 8), connect: { ca: process.env.RELAY_CA } });
 	const broker = new ServiceBroker({
 		namespace,

@@ -5,11 +5,9 @@ import { request, type Agent } from "undici";
 
 export interface SignedTarget {
 	url: string;
-	/** The whsec_ secret's key, a KeyObject as the service uses (lib/signing.ts says why). */
+	/** The whsec_ secret's key, a KeyObject (secretKeyOf) as the service uses (lib/signing.ts says why). */
 	key: crypto.KeyObject;
 }
-
-export const keyOf = (secret: string) => crypto.createSecretKey(Buffer.from(secret.replace(/^whsec_/, ""), "base64"));
 
 export async function signedPost(agent: Agent, target: SignedTarget, body: Buffer): Promise<number> {
 	const messageId = `msg_${crypto.randomUUID()}`;
