@@ -121,6 +121,10 @@ export const EnvSchema = z.object({
 	// Connections one sender keeps to one origin (scheme, host, port). Unset: DELIVERY_CONCURRENCY,
 	// so webhooks that share a host never share one webhook's few connections.
 	DELIVERY_ORIGIN_CONNECTIONS: z.coerce.number().int().positive().optional(),
+	// Deliveries one dispatcher holds leased at most, queued and in flight: a bound on its memory
+	// (about 600 bytes of heap each, the event's body shared: 40 MB at the default 65,536). Unset:
+	// LEASES_PER_CONCURRENT_ATTEMPT x DELIVERY_CONCURRENCY.
+	DELIVERY_MAX_LEASES: z.coerce.number().int().positive().optional(),
 	// Worker threads that send the HTTPS attempts; 0 sends them on the dispatcher's own event loop.
 	DELIVERY_SENDER_THREADS: wholeNumber({ min: 0, max: 16 }).default(1),
 	DELIVERY_POLL_INTERVAL: duration("1s"),
@@ -165,10 +169,14 @@ export const EnvSchema = z.object({
 
 export type Env = z.input<typeof EnvSchema>;
 
-export interface AppConfig extends Omit<z.output<typeof EnvSchema>, "HOST" | "DELIVERY_ORIGIN_CONNECTIONS"> {
+/** DELIVERY_MAX_LEASES when unset, per attempt of DELIVERY_CONCURRENCY. */
+export const LEASES_PER_CONCURRENT_ATTEMPT = 1_024;
+
+export interface AppConfig extends Omit<z.output<typeof EnvSchema>, "HOST" | "DELIVERY_ORIGIN_CONNECTIONS" | "DELIVERY_MAX_LEASES"> {
 	production: boolean;
 	HOST: string;
 	DELIVERY_ORIGIN_CONNECTIONS: number;
+	DELIVERY_MAX_LEASES: number;
 	/** Present after resolveSecrets(): always set for a running service. */
 	AUTH_JWT_SECRET?: string;
 	SECRETS_KEY?: string;
@@ -201,6 +209,9 @@ function parseVariables(variables: Record<string, string>): { config?: AppConfig
 		const missing = variables.OIDC_ISSUER ? "OIDC_CLIENT_ID" : "OIDC_ISSUER";
 		problems.push(`${missing}: missing; OIDC_ISSUER and OIDC_CLIENT_ID must be set together`);
 	}
+	if (result.success && result.data.DELIVERY_MAX_LEASES !== undefined && result.data.DELIVERY_MAX_LEASES < result.data.DELIVERY_CONCURRENCY) {
+		problems.push(`DELIVERY_MAX_LEASES: ${result.data.DELIVERY_MAX_LEASES} is fewer than DELIVERY_CONCURRENCY (${result.data.DELIVERY_CONCURRENCY}); a dispatcher could not keep its attempts going`);
+	}
 	if (!result.success || problems.length) return { problems };
 	const production = result.data.NODE_ENV === "production";
 	const config = {
@@ -208,6 +219,7 @@ function parseVariables(variables: Record<string, string>): { config?: AppConfig
 		production,
 		HOST: result.data.HOST ?? (production ? "0.0.0.0" : "127.0.0.1"),
 		DELIVERY_ORIGIN_CONNECTIONS: result.data.DELIVERY_ORIGIN_CONNECTIONS ?? result.data.DELIVERY_CONCURRENCY,
+		DELIVERY_MAX_LEASES: result.data.DELIVERY_MAX_LEASES ?? result.data.DELIVERY_CONCURRENCY * LEASES_PER_CONCURRENT_ATTEMPT,
 	};
 	return { config, problems };
 }

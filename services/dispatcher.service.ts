@@ -46,6 +46,7 @@ import { LifecycleMixin } from "../mixins/dispatcher/lifecycle.mixin";
 import { OrderQueuesMixin } from "../mixins/dispatcher/order-queues.mixin";
 import { RateLimitsMixin } from "../mixins/dispatcher/rate-limits.mixin";
 import { RateSlots } from "../lib/rate-slots";
+import { DrainRates } from "../lib/drain-rates";
 import { DISPATCHER_PRUNE_JOBS } from "../mixins/dispatcher/retention";
 import { RetentionMixin } from "../mixins/retention.mixin";
 
@@ -97,6 +98,8 @@ const DispatcherService: ServiceSchema<ServiceSettingSchema, DispatcherThis> = {
 		this.heldByWebhook = new Map();
 		this.attemptsInFlight = new Set();
 		this.breakers = new EndpointBreakers(BREAKER);
+		this.drainRates = new DrainRates();
+		this.leaseAheadMs = 0;
 		this.targets = new Map();
 		this.resolving = new Set();
 		this.subscribers = new SubscriberCache((subscribers, loadedAt) => keepSigningUntil(subscribers, TARGET_CACHE_MS, loadedAt), {
@@ -147,6 +150,9 @@ const DispatcherService: ServiceSchema<ServiceSettingSchema, DispatcherThis> = {
 		if (DELIVERY_LEASE < DELIVERY_TIMEOUT + 2 * LEASE_SAFETY_MS) {
 			throw new Error(`Invalid configuration: DELIVERY_LEASE (${DELIVERY_LEASE} ms) must exceed DELIVERY_TIMEOUT (${DELIVERY_TIMEOUT} ms) by at least ${(2 * LEASE_SAFETY_MS) / 1000} s`);
 		}
+		// Half the time a queued lease has before its attempt could outlive it (shared.ts): the queue
+		// may drain at half the pace it was measured at before anything is given back unattempted.
+		this.leaseAheadMs = (DELIVERY_LEASE - DELIVERY_TIMEOUT - 2 * LEASE_SAFETY_MS) / 2;
 		const senderOptions = {
 			allowNets: this.config.WEBHOOK_ALLOW_NETS,
 			caFile: this.config.WEBHOOK_CA_FILE,

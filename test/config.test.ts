@@ -4,7 +4,7 @@ import { spawn } from "node:child_process";
 import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
-import { ALL_SERVICES, ConfigError, EnvSchema, loadConfig, parseConfig, resolveSecrets } from "../lib/config";
+import { ALL_SERVICES, ConfigError, EnvSchema, LEASES_PER_CONCURRENT_ATTEMPT, loadConfig, parseConfig, resolveSecrets } from "../lib/config";
 
 const ROOT = path.resolve(__dirname, "..");
 const KEY = Buffer.alloc(32, 1).toString("base64");
@@ -60,6 +60,11 @@ describe("configuration", () => {
 		expect(parseConfig({ DELIVERY_CONCURRENCY: "200" }).DELIVERY_ORIGIN_CONNECTIONS).toBe(200);
 		expect(parseConfig({ DELIVERY_ORIGIN_CONNECTIONS: "16" })).toMatchObject({ DELIVERY_ORIGIN_CONNECTIONS: 16, DELIVERY_WEBHOOK_CONCURRENCY: 8 });
 		expect(() => parseConfig({ DELIVERY_ORIGIN_CONNECTIONS: "0" })).toThrow(/DELIVERY_ORIGIN_CONNECTIONS/);
+		expect(parseConfig({}).DELIVERY_MAX_LEASES).toBe(64 * LEASES_PER_CONCURRENT_ATTEMPT);
+		expect(parseConfig({ DELIVERY_CONCURRENCY: "4" }).DELIVERY_MAX_LEASES).toBe(4 * LEASES_PER_CONCURRENT_ATTEMPT);
+		expect(parseConfig({ DELIVERY_MAX_LEASES: "64", DELIVERY_CONCURRENCY: "64" }).DELIVERY_MAX_LEASES).toBe(64);
+		expect(() => parseConfig({ DELIVERY_MAX_LEASES: "63" })).toThrow(/DELIVERY_MAX_LEASES: 63 is fewer than DELIVERY_CONCURRENCY \(64\)/);
+		for (const bad of ["0", "-5", "1.5", "lots"]) expect(() => parseConfig({ DELIVERY_MAX_LEASES: bad })).toThrow(/DELIVERY_MAX_LEASES/);
 	});
 
 	it("treats an empty variable as unset, as shells and compose files do", () => {

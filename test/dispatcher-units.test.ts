@@ -1,11 +1,12 @@
-// The dispatcher's pure helpers: the message body, time-ordered ids, the micro-batcher and the
-// subscriber cache.
+// The dispatcher's pure helpers: the message body, time-ordered ids, the micro-batcher, the
+// subscriber cache and the webhooks' drain rates.
 import crypto from "node:crypto";
 import { orderStatusMessage } from "../lib/schemas/deliveries";
 import { TaskingOrderStatusEvent } from "../lib/schemas/events";
 import { timeOfOrderedUuid, timeOrderedUuid } from "../lib/ids";
 import { MicroBatcher, type BusyLinger } from "../lib/micro-batcher";
 import { SubscriberCache } from "../lib/subscriber-cache";
+import { DrainRates, MAX_TRACKED_WEBHOOKS } from "../lib/drain-rates";
 
 describe("orderStatusMessage", () => {
 	const event = (extra: Record<string, unknown> = {}) =>
@@ -311,5 +312,67 @@ describe("SubscriberCache", () => {
 		expect(subscribers.size).toBe(2);
 		expect((await subscribers.get("c", loader(["x"]))).loaded).toBe(false);
 		expect((await subscribers.get("a", loader(["1"]))).loaded).toBe(true);
+	});
+});
+
+describe("DrainRates", () => {
+	/** Attempts of one webhook every `everyMs` from `from` to `to`, all with more queued behind them unless told. */
+	const attempts = (rates: DrainRates, webhookId: string, from: number, to: number, everyMs: number, opts: { succeeded?: (at: number) => boolean; queued?: boolean } = {}) => {
+		for (let at = from; at <= to; at += everyMs) rates.noteAttempt(webhookId, opts.succeeded?.(at) ?? true, opts.queued ?? true, at);
+	};
+	/** The same, then the queue runs empty: the burst's last attempt ends with nothing behind it. */
+	const burst = (rates: DrainRates, webhookId: string, from: number, to: number, everyMs: number, succeeded?: (at: number) => boolean) => {
+		attempts(rates, webhookId, from, to, everyMs, { succeeded });
+		rates.noteAttempt(webhookId, true, false, to + 1);
+	};
+
+	it("measures successes per second over a second in which the webhook had deliveries queued", () => {
+		const rates = new DrainRates();
+		expect(rates.perSecond("w")).toBe(0);
+		attempts(rates, "w", 0, 999, 2);
+		expect(rates.perSecond("w")).toBe(0); // not a whole second yet
+		attempts(rates, "w", 1_000, 1_000, 1);
+		expect(rates.perSecond("w")).toBe(500);
+		expect(rates.perSecond("other")).toBe(0);
+	});
+
+	it("measures nothing while the webhook keeps up with what comes: that rate is the traffic's, not the receiver's", () => {
+		const rates = new DrainRates();
+		attempts(rates, "w", 0, 5_000, 10, { queued: false });
+		expect(rates.perSecond("w")).toBe(0);
+		// A window broken by an attempt with nothing queued starts again.
+		attempts(rates, "w", 10_000, 10_900, 10);
+		rates.noteAttempt("w", true, false, 10_950);
+		attempts(rates, "w", 11_000, 11_900, 10);
+		expect(rates.perSecond("w")).toBe(0);
+	});
+
+	it("keeps the last rate through an idle spell, and lowers it when the receiver slows down or fails", () => {
+		const rates = new DrainRates();
+		burst(rates, "w", 0, 1_000, 1);
+		expect(rates.perSecond("w")).toBe(1_000);
+		// Idle for an hour: nothing is noted, and the rate stays for the next burst.
+		burst(rates, "w", 3_600_000, 3_601_000, 10);
+		expect(rates.perSecond("w")).toBe(100);
+		// Busy, but every other attempt fails: only successes drain the queue.
+		burst(rates, "w", 3_602_000, 3_603_000, 10, at => at % 20 === 0);
+		expect(rates.perSecond("w")).toBe(50);
+		burst(rates, "w", 3_604_000, 3_605_000, 10, () => false);
+		expect(rates.perSecond("w")).toBe(0);
+	});
+
+	it("forgets a webhook, and past MAX_TRACKED_WEBHOOKS the one measured longest ago", () => {
+		const rates = new DrainRates();
+		attempts(rates, "w", 0, 1_000, 10);
+		expect(rates.perSecond("w")).toBe(100);
+		rates.forget("w");
+		expect(rates.perSecond("w")).toBe(0);
+		for (let i = 0; i <= MAX_TRACKED_WEBHOOKS; i++) {
+			rates.noteAttempt(`w${i}`, true, true, 0);
+			rates.noteAttempt(`w${i}`, true, true, 1_000);
+		}
+		expect(rates.perSecond("w0")).toBe(0);
+		expect(rates.perSecond("w1")).toBe(1);
+		expect(rates.perSecond(`w${MAX_TRACKED_WEBHOOKS}`)).toBe(1);
 	});
 });

@@ -3,7 +3,7 @@
 // a probe a second instead of every due retry, its healthy neighbour is unaffected, nothing is
 // lost, and the pile drains once a probe succeeds.
 import { EndpointBreakers } from "../lib/endpoint-breaker";
-import { BREAKER, INSTANCE_LEASE_FACTOR } from "../mixins/dispatcher/shared";
+import { BREAKER } from "../mixins/dispatcher/shared";
 import { testDatabases } from "./helpers/services";
 import { newCustomer, orderEvent, sleep, startDeliveryStack, verified, waitUntil, type DeliveryStack } from "./helpers/delivery-stack";
 
@@ -126,12 +126,13 @@ describe.each(testDatabases())("an endpoint that fails everything, on %s", datab
 
 describe.each(testDatabases())("an open breaker's probes while a slow webhook holds the instance's leases, on %s", database => {
 	let env: DeliveryStack;
-	// One attempt at a time, and one webhook may hold every lease of the instance.
-	const BUDGET = 1 * INSTANCE_LEASE_FACTOR;
+	// One attempt at a time, and one webhook may hold every lease of the instance (its fixed share,
+	// 4 x 16, is the instance's budget).
+	const BUDGET = 64;
 
 	beforeAll(async () => {
 		const schedule = Array.from({ length: 60 }, (_, i) => `${(i + 1) * 100}ms`).join(",");
-		env = await startDeliveryStack(database, { env: { DELIVERY_RETRY_SCHEDULE: schedule, DELIVERY_CONCURRENCY: "1", DELIVERY_WEBHOOK_CONCURRENCY: "4" } });
+		env = await startDeliveryStack(database, { env: { DELIVERY_RETRY_SCHEDULE: schedule, DELIVERY_CONCURRENCY: "1", DELIVERY_WEBHOOK_CONCURRENCY: "4", DELIVERY_MAX_LEASES: String(BUDGET) } });
 	});
 	afterAll(() => env?.stop());
 

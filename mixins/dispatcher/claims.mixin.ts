@@ -103,7 +103,7 @@ export const ClaimsMixin: DispatcherMixin = {
 			this.refills.clear();
 			for (const webhookId of asked) {
 				if (!this.waitingWebhooks.has(webhookId) || this.breakers.isOpen(webhookId)) continue;
-				const shareLeft = this.webhookShare() - (this.heldByWebhook.get(webhookId) ?? 0);
+				const shareLeft = this.webhookShare(webhookId) - (this.heldByWebhook.get(webhookId) ?? 0);
 				// The instance is nearly full: what this refill cannot take, another takes once there is
 				// room (roomFreed), as the webhook may not cross half its share again. It used to be left
 				// to the claim of all due rows, which reads past every other webhook's pile: in a burst of
@@ -163,6 +163,8 @@ export const ClaimsMixin: DispatcherMixin = {
 			const now = Date.now();
 			const leaseId = crypto.randomUUID();
 			const leaseExpiresAt = now + this.config.DELIVERY_LEASE;
+			// Webhooks holding no lease here get the fixed share: what this claim finds is retries come
+			// due and abandoned leases, while a burst's rows go the intake and refill ways.
 			const share = this.webhookShare();
 			// Open breakers (probes), waiting webhooks (refills) and webhooks at their share.
 			const leftOut: string[] = [];
@@ -171,8 +173,9 @@ export const ClaimsMixin: DispatcherMixin = {
 			for (const webhookId of this.waitingWebhooks) if (!this.breakers.isOpen(webhookId)) leftOut.push(webhookId);
 			for (const [webhookId, count] of this.heldByWebhook) {
 				if (this.breakers.isOpen(webhookId) || this.waitingWebhooks.has(webhookId)) continue;
-				if (count >= share) leftOut.push(webhookId);
-				else partly.push([webhookId, share - count]);
+				const shareOf = this.webhookShare(webhookId);
+				if (count >= shareOf) leftOut.push(webhookId);
+				else partly.push([webhookId, shareOf - count]);
 			}
 			const exclude = leftOut.length ? `AND webhook_id NOT IN (${leftOut.map(() => "?").join(", ")})` : "";
 			const roomOf = partly.length ? `CASE webhook_id ${partly.map(() => "WHEN ? THEN CAST(? AS integer)").join(" ")} ELSE CAST(? AS integer) END` : "CAST(? AS integer)";

@@ -163,6 +163,7 @@ export const ResultsMixin: DispatcherMixin = {
 			this.metrics.duration.observe({ result }, outcome.durationMs / 1000);
 			this.observeFirstAttemptLag(delivery, outcome);
 			this.noteOutcome(delivery.webhookId, outcome, attemptCount);
+			this.drainRates.noteAttempt(delivery.webhookId, outcome.success, (this.queues.get(delivery.webhookId)?.length ?? 0) > 0, Date.now());
 			if (outcome.success) {
 				this.metrics.deliveries.inc({ status: "succeeded" });
 				return { delivery, status: "succeeded", attemptCount, nextAttemptAt: null, parked: false, manualRetry: false, outcome };

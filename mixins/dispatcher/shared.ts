@@ -18,11 +18,12 @@ import type { WebhookHealth } from "./lifecycle.mixin";
 import type { WrittenEvents } from "./intake.mixin";
 import type { OrderQueue } from "./order-queues.mixin";
 import type { RateSlots } from "../../lib/rate-slots";
+import type { DrainRates } from "../../lib/drain-rates";
 import type { TenantMeta } from "../../lib/gateway-meta";
 
 // One lease budget, for intake and claims alike (queued + in flight): a webhook may hold
-// DELIVERY_WEBHOOK_CONCURRENCY x WEBHOOK_LEASE_FACTOR leases, an instance DELIVERY_CONCURRENCY x
-// INSTANCE_LEASE_FACTOR. Intake leases what it writes while there is room (the row was just
+// DELIVERY_WEBHOOK_CONCURRENCY x WEBHOOK_LEASE_FACTOR leases, an instance DELIVERY_MAX_LEASES.
+// Intake leases what it writes while there is room (the row was just
 // written and its body is in hand), since leaving it to a claim costs a claim query, a body read
 // and a second write: with intake at 4 x, most rows went the claim way under the benchmark's load
 // and knex took 12-19 % of the event loop. When a claim had a smaller budget than intake, a row
@@ -32,8 +33,15 @@ import type { TenantMeta } from "../../lib/gateway-meta";
 // ways, eight healthy webhooks' queues filled the instance and every row of every webhook went the
 // claim way (healthy p99 14-33 x in the bad-neighbour benchmark). A queued delivery whose lease
 // could run out before its attempt ends is given back unattempted.
+// A webhook whose queue has been measured draining fast (lib/drain-rates.ts) may hold what it
+// sends in half the lease's headroom (leaseAheadMs: 20.5 s with the default 60 s lease and 15 s
+// timeout), up to MAX_WEBHOOK_LEASE_FACTOR x its concurrency. With the fixed share, nearly every
+// delivery of a burst of 100,000 went the claim way: a second write (the lease) and a refill's read
+// for each. Every queued delivery of such a webhook starts within leaseAheadMs at the pace it last
+// drained at; if its receiver slows down meanwhile, the rule above gives back what would outlive
+// its lease.
 export const WEBHOOK_LEASE_FACTOR = 16;
-export const INSTANCE_LEASE_FACTOR = 64;
+export const MAX_WEBHOOK_LEASE_FACTOR = 2_048;
 // Webhook URLs and secrets, and each customer's subscribed webhooks, are cached this long;
 // webhooks.* events drop entries sooner. Short, because a broadcast can be missed (a node
 // joining or reconnecting, clears aside), and because the previous secret stops signing when its
@@ -254,6 +262,10 @@ export type DispatcherThis = DbServiceThis & {
 	refills: Set<string>;
 	/** Waiting webhooks whose refill the instance had no room for: refilled once it has (roomFreed). */
 	shortRefills: Set<string>;
+	/** How fast each webhook's queue drained here while busy, which sizes its share of leases. */
+	drainRates: DrainRates;
+	/** How much of a fast webhook's sending it may hold leased ahead (webhookShare). */
+	leaseAheadMs: number;
 	pollTimer: NodeJS.Timeout | null;
 	polls: number;
 	metrics: {
@@ -276,7 +288,7 @@ export type DispatcherThis = DbServiceThis & {
 	recordRejection(source: EventSource, payload: unknown, reason: string): Promise<void>;
 	// worker.mixin.ts
 	takeLease(webhookId: string): boolean;
-	webhookShare(): number;
+	webhookShare(webhookId?: string): number;
 	roomLeft(): number;
 	wantsRefill(webhookId: string): boolean;
 	releaseHold(webhookId: string): void;

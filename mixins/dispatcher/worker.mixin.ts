@@ -15,7 +15,7 @@ import { messageIdOf } from "../../lib/schemas/deliveries";
 import { traceAttempt } from "../../lib/tracing";
 import {
 	DEPENDENCY_RETRY_MS,
-	INSTANCE_LEASE_FACTOR,
+	MAX_WEBHOOK_LEASE_FACTOR,
 	WEBHOOK_LEASE_FACTOR,
 	LEASE_SAFETY_MS,
 	TARGET_CACHE_MS,
@@ -36,8 +36,9 @@ export const WorkerMixin: DispatcherMixin = {
 				const { id, active } = ctx.params ?? {};
 				if (typeof id !== "string") return;
 				this.targets.delete(id);
-				// A new URL, or an endpoint enabled again: its failures here say nothing about it now.
+				// A new URL, or an endpoint enabled again: its failures and its speed here say nothing about it now.
 				this.breakers.forget(id);
+				this.drainRates.forget(id);
 				if (active === true) await this.resumeParked(id).catch(err => this.logger.error(`Could not resume deliveries of webhook ${id}`, err));
 			},
 		},
@@ -48,6 +49,7 @@ export const WorkerMixin: DispatcherMixin = {
 				if (typeof id !== "string") return;
 				this.cacheTarget(id, null);
 				this.breakers.forget(id);
+				this.drainRates.forget(id);
 				this.stopWaiting(id);
 				const cancelled = await this.cancelPending(id).catch(err => {
 					this.logger.error(`Could not cancel deliveries of removed webhook ${id}`, err);
@@ -74,23 +76,36 @@ export const WorkerMixin: DispatcherMixin = {
 		takeLease(this: DispatcherThis, webhookId: string): boolean {
 			const perWebhook = this.heldByWebhook.get(webhookId) ?? 0;
 			if (this.breakers.isOpen(webhookId) || this.waitingWebhooks.has(webhookId)) return false;
-			if (this.roomLeft() <= 0 || perWebhook >= this.webhookShare()) return false;
+			if (this.roomLeft() <= 0 || perWebhook >= this.webhookShare(webhookId)) return false;
 			this.held += 1;
 			this.heldByWebhook.set(webhookId, perWebhook + 1);
 			return true;
 		},
 
-		/** The most leases one webhook may hold here, queued and in flight. */
-		webhookShare(this: DispatcherThis): number {
-			return this.config.DELIVERY_WEBHOOK_CONCURRENCY * WEBHOOK_LEASE_FACTOR;
+		/**
+		 * The most leases one webhook may hold here, queued and in flight: the fixed share, or as
+		 * many as its queue drains in leaseAheadMs when that is more (a fast receiver in a burst:
+		 * each delivery intake leases is one lease write and one claim fewer). Without a webhook,
+		 * the fixed share, which is every webhook's until its drain rate is measured.
+		 */
+		webhookShare(this: DispatcherThis, webhookId?: string): number {
+			const fixed = this.config.DELIVERY_WEBHOOK_CONCURRENCY * WEBHOOK_LEASE_FACTOR;
+			if (webhookId === undefined) return fixed;
+			const ahead = Math.floor((this.drainRates.perSecond(webhookId) * this.leaseAheadMs) / 1_000);
+			return Math.max(fixed, Math.min(ahead, this.config.DELIVERY_WEBHOOK_CONCURRENCY * MAX_WEBHOOK_LEASE_FACTOR));
 		},
 
 		/** The leases this instance may still take, over all webhooks. */
 		roomLeft(this: DispatcherThis): number {
-			return this.config.DELIVERY_CONCURRENCY * INSTANCE_LEASE_FACTOR - this.held;
+			return this.config.DELIVERY_MAX_LEASES - this.held;
 		},
 
-		/** Whether rows the webhook left in the database are worth a refill now: half its share is free. */
+		/**
+		 * Whether rows the webhook left in the database are worth a refill now: it is down to half
+		 * the fixed share. Half the fixed share, whatever its own: a level every release passes on
+		 * the way down, where its own share may have grown past twice what it holds between two
+		 * releases (and a refill would never be asked for). A refill then takes it up to its own share.
+		 */
 		wantsRefill(this: DispatcherThis, webhookId: string): boolean {
 			return (this.heldByWebhook.get(webhookId) ?? 0) <= this.webhookShare() / 2;
 		},
@@ -100,7 +115,7 @@ export const WorkerMixin: DispatcherMixin = {
 			const left = (this.heldByWebhook.get(webhookId) ?? 1) - 1;
 			if (left > 0) this.heldByWebhook.set(webhookId, left);
 			else this.heldByWebhook.delete(webhookId);
-			// Once, as the webhook crosses to half its share: one refill per half share sent, not one per attempt.
+			// Once, as the webhook crosses to half the fixed share (wantsRefill): one refill per crossing, not one per attempt.
 			if (left === Math.floor(this.webhookShare() / 2) && this.waitingWebhooks.has(webhookId)) this.requestRefill(webhookId);
 		},
 
@@ -244,6 +259,8 @@ export const WorkerMixin: DispatcherMixin = {
 			if (change === "opened") {
 				const returned = this.returnQueued(webhookId);
 				this.stopWaiting(webhookId);
+				// Once it answers again, its share starts from the fixed one until its speed is measured.
+				this.drainRates.forget(webhookId);
 				this.logger.warn(`Webhook ${webhookId}: ${BREAKER.openAfter} attempts in a row failed; one probe attempt a second until one succeeds (${returned} queued deliveries wait in the database meanwhile)`);
 			} else if (change === "closed") {
 				this.logger.info(`Webhook ${webhookId} answers again: its waiting deliveries resume`);

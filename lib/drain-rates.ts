@@ -1,0 +1,58 @@
+// How fast each webhook's queue of leased deliveries drains on this instance: deliveries answered
+// 200 per second, measured only while the webhook had more leased than it was sending, so the
+// figure is what its receiver and this instance can do, not how much traffic happened to come.
+// The dispatcher sizes each webhook's share of leases by it (worker.mixin.ts): a fast webhook may
+// hold a few seconds of its own sending, a slow one no more than the fixed share.
+//
+// A rate is kept through idle spells, where there is nothing to measure, so that the next burst
+// starts from the last one. It is measured again, second by second, whenever the webhook is busy:
+// a receiver that slows down or starts failing lowers it within a second of being busy.
+
+const WINDOW_MS = 1_000;
+// Past this many webhooks the oldest measured are forgotten (they start again from the fixed share).
+export const MAX_TRACKED_WEBHOOKS = 100_000;
+
+interface Window {
+	since: number;
+	succeeded: number;
+}
+
+export class DrainRates {
+	private readonly windows = new Map<string, Window>();
+	private readonly rates = new Map<string, number>();
+
+	/**
+	 * One attempt of the webhook ended. `queued`: more of its leased deliveries were waiting for a
+	 * slot, so the webhook was sending as fast as it could. A window that is not busy throughout
+	 * is dropped, not measured.
+	 */
+	noteAttempt(webhookId: string, succeeded: boolean, queued: boolean, now: number): void {
+		if (!queued) {
+			this.windows.delete(webhookId);
+			return;
+		}
+		const window = this.windows.get(webhookId);
+		if (!window) {
+			this.windows.set(webhookId, { since: now, succeeded: 0 });
+			return;
+		}
+		if (succeeded) window.succeeded += 1;
+		const elapsed = now - window.since;
+		if (elapsed < WINDOW_MS) return;
+		this.rates.delete(webhookId); // re-inserted last: the Map's order is then oldest measured first
+		this.rates.set(webhookId, (window.succeeded * 1_000) / elapsed);
+		if (this.rates.size > MAX_TRACKED_WEBHOOKS) this.rates.delete(this.rates.keys().next().value!);
+		window.since = now;
+		window.succeeded = 0;
+	}
+
+	/** Deliveries per second the webhook's queue last drained at while busy; 0 if never measured. */
+	perSecond(webhookId: string): number {
+		return this.rates.get(webhookId) ?? 0;
+	}
+
+	forget(webhookId: string): void {
+		this.windows.delete(webhookId);
+		this.rates.delete(webhookId);
+	}
+}
