@@ -7,6 +7,7 @@ import { testDatabases } from "./helpers/services";
 import type { ClaimedBatch, Target } from "../mixins/dispatcher/shared";
 import { waitUntil } from "./helpers/delivery-stack";
 import { generateWebhookSecret } from "../lib/crypto";
+import type { DrainRates } from "../lib/drain-rates";
 
 // Share per webhook: DELIVERY_WEBHOOK_CONCURRENCY x WEBHOOK_LEASE_FACTOR (16) = 16.
 const ENV = { DELIVERY_CONCURRENCY: "4", DELIVERY_WEBHOOK_CONCURRENCY: "1", DELIVERY_POLL_INTERVAL: "1h" };
@@ -20,6 +21,7 @@ const WAITING = "77777777-7777-4777-8777-777777777777";
 const FORGOTTEN = "88888888-8888-4888-8888-888888888888";
 const REFILL_ONLY = "99999999-9999-4999-8999-999999999999";
 const BESIDE = "aaaaaaaa-aaaa-4aaa-8aaa-aaaaaaaaaaaa";
+const FAST = "bbbbbbbb-bbbb-4bbb-8bbb-bbbbbbbbbbbb";
 
 interface ClaimingService {
 	claimBatch(limit: number, dueSince?: number | null): Promise<ClaimedBatch>;
@@ -39,6 +41,10 @@ interface ClaimingService {
 	shortRefills: Set<string>;
 	roomFreed(): void;
 	roomLeft(): number;
+	webhookShare(webhookId?: string): number;
+	drainRates: DrainRates;
+	unleasedAt: Map<string, number>;
+	claimSeq: number;
 	claimRefills(): Promise<void>;
 	markBacklog(): void;
 }
@@ -235,6 +241,43 @@ describe.each(testDatabases())("claims on %s", database => {
 			expect(dueSinces[1]).toBeNull();
 		} finally {
 			dispatcher.claimBatch = claimBatch;
+		}
+	});
+
+	it("refills a fast webhook up to its own share, and again at once only while it is down to half the fixed share", async () => {
+		// Its queue drained at 10 a second while busy: its share is 10 x 20.5 s (the default lease's
+		// headroom, halved), not the fixed 16. Each refill below finds fewer rows than that, and
+		// intake leaves one more meanwhile (as it does while a webhook waits). Asked for again at
+		// once whatever the webhook held, a refill took those few rows again and again.
+		dispatcher.drainRates.noteAttempt(FAST, true, true, 0);
+		for (let at = 100; at <= 1_000; at += 100) dispatcher.drainRates.noteAttempt(FAST, true, true, at);
+		expect(dispatcher.webhookShare(FAST)).toBe(205);
+		dispatcher.cacheTarget(FAST, inactiveTarget(FAST));
+		dispatcher.waitingWebhooks.add(FAST);
+		const refillLeavingOneBehind = async (held: number) => {
+			dispatcher.heldByWebhook.set(FAST, held);
+			dispatcher.unleasedAt.set(FAST, dispatcher.claimSeq + 1);
+			dispatcher.refills.add(FAST);
+			await dispatcher.claimRefills();
+		};
+		const waitingInDatabase = async () => Number((await stack.db("deliveries").where({ webhook_id: FAST }).whereNull("lease_id").where("parked", false).count({ count: "*" }))[0].count);
+		try {
+			// Holding 20, above half the fixed share (8): the next refill waits for its crossing.
+			await seedDue(stack.db, FAST, 30, 1_000);
+			await refillLeavingOneBehind(20);
+			expect(await waitingInDatabase()).toBe(0);
+			expect(dispatcher.refills.has(FAST)).toBe(false);
+			expect(dispatcher.waitingWebhooks.has(FAST)).toBe(true);
+			// Holding 3, below it: no crossing is coming, so at once.
+			await refillLeavingOneBehind(3);
+			expect(dispatcher.refills.has(FAST)).toBe(true);
+			expect(dispatcher.waitingWebhooks.has(FAST)).toBe(true);
+		} finally {
+			dispatcher.heldByWebhook.delete(FAST);
+			dispatcher.refills.delete(FAST);
+			dispatcher.waitingWebhooks.delete(FAST);
+			dispatcher.unleasedAt.delete(FAST);
+			dispatcher.drainRates.forget(FAST);
 		}
 	});
 
