@@ -2,7 +2,7 @@
 // 200 per second, measured only while the webhook had more leased than it was sending, so the
 // figure is what its receiver and this instance can do, not how much traffic happened to come.
 // The dispatcher sizes each webhook's share of leases by it (worker.mixin.ts): a fast webhook may
-// hold a few seconds of its own sending, a slow one no more than the fixed share.
+// hold about 20 s of its own sending, a slow one no more than the fixed share.
 //
 // A rate is kept through idle spells, where there is nothing to measure, so that the next burst
 // starts from the last one. It is measured again, second by second, whenever the webhook is busy:
@@ -33,7 +33,10 @@ export class DrainRates {
 		}
 		const window = this.windows.get(webhookId);
 		if (!window) {
+			// A window whose webhook stopped mid-queue (disabled, its deliveries parked) is never
+			// closed by an attempt: the oldest go first past the bound.
 			this.windows.set(webhookId, { since: now, succeeded: 0 });
+			if (this.windows.size > MAX_TRACKED_WEBHOOKS) this.windows.delete(this.windows.keys().next().value!);
 			return;
 		}
 		if (succeeded) window.succeeded += 1;
