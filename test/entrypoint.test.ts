@@ -90,8 +90,12 @@ async function consecutiveFreePorts(count: number): Promise<number> {
 			server.once("error", () => resolve(false));
 			server.listen(port, "127.0.0.1", () => server.close(() => resolve(true)));
 		});
+	// Below the kernel's ephemeral range, which outgoing connections and every listen on port 0
+	// draw from: there, another test took one of the four while the recipe's later processes were
+	// still starting (dispatcher-2 found its OPS_PORT in use 18 s after the check).
+	const ephemeralLow = Number(fs.readFileSync("/proc/sys/net/ipv4/ip_local_port_range", "utf8").trim().split(/\s+/)[0]) || 32_768;
 	for (let tries = 0; tries < 50; tries++) {
-		const base = 20_000 + Math.floor(Math.random() * 30_000);
+		const base = 10_000 + Math.floor(Math.random() * (ephemeralLow - 10_000 - count));
 		const free = await Promise.all(Array.from({ length: count }, (_, i) => bindable(base + i)));
 		if (free.every(Boolean)) return base;
 	}
