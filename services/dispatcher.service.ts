@@ -99,7 +99,6 @@ const DispatcherService: ServiceSchema<ServiceSettingSchema, DispatcherThis> = {
 		this.attemptsInFlight = new Set();
 		this.breakers = new EndpointBreakers(BREAKER);
 		this.drainRates = new DrainRates();
-		this.leaseAheadMs = 0;
 		this.targets = new Map();
 		this.resolving = new Set();
 		this.subscribers = new SubscriberCache((subscribers, loadedAt) => keepSigningUntil(subscribers, TARGET_CACHE_MS, loadedAt), {
@@ -150,9 +149,6 @@ const DispatcherService: ServiceSchema<ServiceSettingSchema, DispatcherThis> = {
 		if (DELIVERY_LEASE < DELIVERY_TIMEOUT + 2 * LEASE_SAFETY_MS) {
 			throw new Error(`Invalid configuration: DELIVERY_LEASE (${DELIVERY_LEASE} ms) must exceed DELIVERY_TIMEOUT (${DELIVERY_TIMEOUT} ms) by at least ${(2 * LEASE_SAFETY_MS) / 1000} s`);
 		}
-		// Half the time a queued lease has before its attempt could outlive it (shared.ts): the queue
-		// may drain at half the pace it was measured at before anything is given back unattempted.
-		this.leaseAheadMs = (DELIVERY_LEASE - DELIVERY_TIMEOUT - 2 * LEASE_SAFETY_MS) / 2;
 		const senderOptions = {
 			allowNets: this.config.WEBHOOK_ALLOW_NETS,
 			caFile: this.config.WEBHOOK_CA_FILE,

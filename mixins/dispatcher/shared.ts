@@ -50,6 +50,13 @@ export const TARGET_CACHE_MS = 5_000;
 // An attempt only starts if it can end (DELIVERY_TIMEOUT) this long before its lease expires,
 // so no other instance can ever take the delivery over while it is in flight.
 export const LEASE_SAFETY_MS = 2_000;
+/**
+ * How much of a fast webhook's sending it may hold leased ahead (webhookShare): half the time a
+ * queued lease has before its attempt could outlive it, so its queue may drain at half the pace it
+ * was measured at before anything is given back unattempted.
+ */
+export const leaseAheadMs = ({ DELIVERY_LEASE, DELIVERY_TIMEOUT }: { DELIVERY_LEASE: number; DELIVERY_TIMEOUT: number }): number =>
+	(DELIVERY_LEASE - DELIVERY_TIMEOUT - 2 * LEASE_SAFETY_MS) / 2;
 // Parked deliveries (webhook disabled) are re-checked every this many polls, in case the
 // webhooks.updated event that re-enabled it was missed (e.g. while this node reconnected).
 export const PARKED_RECHECK_POLLS = 30;
@@ -264,8 +271,6 @@ export type DispatcherThis = DbServiceThis & {
 	shortRefills: Set<string>;
 	/** How fast each webhook's queue drained here while busy, which sizes its share of leases. */
 	drainRates: DrainRates;
-	/** How much of a fast webhook's sending it may hold leased ahead (webhookShare). */
-	leaseAheadMs: number;
 	pollTimer: NodeJS.Timeout | null;
 	polls: number;
 	metrics: {

@@ -18,6 +18,7 @@ import {
 	MAX_WEBHOOK_LEASE_FACTOR,
 	WEBHOOK_LEASE_FACTOR,
 	LEASE_SAFETY_MS,
+	leaseAheadMs,
 	TARGET_CACHE_MS,
 	BREAKER,
 	keepSigningUntil,
@@ -91,7 +92,7 @@ export const WorkerMixin: DispatcherMixin = {
 		webhookShare(this: DispatcherThis, webhookId?: string): number {
 			const fixed = this.config.DELIVERY_WEBHOOK_CONCURRENCY * WEBHOOK_LEASE_FACTOR;
 			if (webhookId === undefined) return fixed;
-			const ahead = Math.floor((this.drainRates.perSecond(webhookId) * this.leaseAheadMs) / 1_000);
+			const ahead = Math.floor((this.drainRates.perSecond(webhookId) * leaseAheadMs(this.config)) / 1_000);
 			return Math.max(fixed, Math.min(ahead, this.config.DELIVERY_WEBHOOK_CONCURRENCY * MAX_WEBHOOK_LEASE_FACTOR));
 		},
 
