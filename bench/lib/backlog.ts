@@ -16,9 +16,10 @@
 // that loses anything within its bound is marked invalid and gets no rate.
 // On the one-node modes (own origins) the deployment then gets deliveries pending for a later
 // retry, inserted straight into its table, in steps (PENDING_STEPS), and WARM_BURSTS bursts of
-// SMALL at each step: their rate against the empty table's. Then DUE_ROUNDS rounds of DUE_ROWS
-// deliveries laid in the table due now, which only the poll's claim of due rows takes (intake and
-// refills never see them): the mean of those claims (the dispatchers'
+// SMALL at each step, after one that opens the connections the idle spell closed: their rate
+// against the empty table's. Then DUE_ROUNDS rounds of DUE_ROWS deliveries laid in the table due
+// now, which only the poll's claim of due rows takes (intake and refills never see them): the
+// mean of those claims (the dispatchers'
 // webhook_delivery_claim_seconds) against the first step's. The bursts' own claims are reported
 // too, but a burst of SMALL is over within one or two polls: three samples per step were too few.
 //
@@ -354,6 +355,11 @@ async function pendingSteps(harness: BacklogHarness, deployment: BacklogDeployme
 		await addPending(deployment.db, engine, pending, target);
 		pending = target;
 		const insertSeconds = round((monotonicMs() - started) / 1000);
+		// Laying rows down leaves the service idle that long, and past the receivers' keep-alive
+		// (30 s) its connections are closed: the next burst opens them again, as the cold burst
+		// did. That burst goes before the measured ones, as the cold one goes before the warm ones,
+		// and is reported on its own, so that a step compares table sizes, not idle spells.
+		const afterIdle = await burst(harness, deployment, SMALL);
 		const bursts = [];
 		for (let i = 0; i < WARM_BURSTS; i++) bursts.push(await burst(harness, deployment, SMALL));
 		const claims = bursts.reduce((sum, b) => sum + b.claims_due, 0);
@@ -363,6 +369,8 @@ async function pendingSteps(harness: BacklogHarness, deployment: BacklogDeployme
 		steps.push({
 			pending,
 			insert_seconds: insertSeconds,
+			after_idle_burst: afterIdle,
+			after_idle_vs_empty_table: ratioOrNull(afterIdle.deliveries_per_s, emptyRate),
 			deliveries_per_s: rateOf(bursts),
 			vs_empty_table: ratioOrNull(rateOf(bursts), emptyRate),
 			bursts_claim_due_mean_ms: claimMs === null ? null : round(claimMs, 3),
