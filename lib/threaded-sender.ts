@@ -84,7 +84,10 @@ class SenderThread {
 		if (this.closing) return Promise.reject(new Error("the sender is closed"));
 		void this.start();
 		const id = this.nextId++;
-		if (this.outbox.length === 0) queueMicrotask(() => this.flush());
+		// After this turn's I/O callbacks, not after the current one: each finished result batch
+		// or intake batch starts attempts of its own, and at the end of each callback (a microtask)
+		// a burst in the cluster sent 9 attempts a message; at the end of the turn, 18.
+		if (this.outbox.length === 0) setImmediate(() => this.flush());
 		this.outbox.push([id, request]);
 		if (this.pending.size === 0) this.worker!.ref();
 		return new Promise((resolve, reject) => this.pending.set(id, { resolve, reject }));
