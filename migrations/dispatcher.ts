@@ -1,9 +1,21 @@
 // The dispatcher's tables: messages (one per event, the exact body bytes), deliveries (one per
 // message and webhook, with the retry schedule and the lease), attempts (the delivery log) and
 // rejected events (payloads that failed validation). Timestamps are ISO 8601 UTC text.
-import type { Migration } from "../mixins/db.mixin";
+import { isPostgres, type Migration } from "../mixins/db.mixin";
+import { setColumnCollation } from "../lib/byte-order-columns";
 import { moveImplicitCustomers, restoreImplicitCustomers } from "../lib/customers";
 import { ORDER_HEAD_PREDICATE } from "../lib/order-queues";
+
+// Every column that is joined or ordered on, together: a comparison between a "C" column and a
+// default-collation one is an error in PostgreSQL.
+const BYTE_ORDER_COLUMNS: Array<[table: string, columns: string[]]> = [
+	["delivery_messages", ["event_id", "customer_id", "created_at"]],
+	["deliveries", ["id", "event_id", "webhook_id", "customer_id", "next_attempt_at", "lease_id", "order_key", "created_at"]],
+	["delivery_attempts", ["delivery_id"]],
+	["delivery_rejected_events", ["received_at"]],
+	["webhook_failures", ["webhook_id"]],
+	["webhook_rate_slots", ["webhook_id"]],
+];
 
 export const dispatcherMigrations: Migration[] = [
 	{
@@ -285,4 +297,19 @@ export const dispatcherMigrations: Migration[] = [
 			await db.raw("DROP INDEX deliveries_pending_webhook_order_idx");
 		},
 	},
+	{
+		// PostgreSQL compared every id, key and timestamp in these indexes by the database's locale
+		// (lib/byte-order-columns.ts says why bytes suffice and what else they buy). A delivery's
+		// intake and result put about eight entries in indexes on such columns.
+		name: "013_byte_order_keys",
+		async up(db) {
+			if (!isPostgres(db)) return;
+			for (const [table, columns] of BYTE_ORDER_COLUMNS) await setColumnCollation(db, table, columns, "C");
+		},
+		async down(db) {
+			if (!isPostgres(db)) return;
+			for (const [table, columns] of BYTE_ORDER_COLUMNS) await setColumnCollation(db, table, columns, "default");
+		},
+	},
 ];
+

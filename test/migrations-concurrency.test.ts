@@ -1,7 +1,10 @@
+// The dispatcher's migrations on PostgreSQL.
 // Several instances of one service starting at the same moment on a fresh PostgreSQL schema
 // (a cluster's dispatchers, `docker compose up --scale dispatcher=3`) must all start: the
 // cluster fault tests saw the second dispatcher die on knex's own migrations table, created
 // twice at once. Each instance here has its own knex pool, as separate processes do.
+// And every text column an index of the dispatcher's orders by compares bytes ("C" collation),
+// whatever the database's locale (migration 013, lib/byte-order-columns.ts).
 import crypto from "node:crypto";
 import knex, { type Knex } from "knex";
 import { runMigrations } from "../mixins/db.mixin";
@@ -32,5 +35,37 @@ describeOnPostgres("migrations run by instances starting together on PostgreSQL"
 		const applied = await admin.withSchema(schema).table("knex_migrations_dispatcher").select("name");
 		expect(applied.map(row => row.name)).toEqual(dispatcherMigrations.map(migration => migration.name));
 		expect(await admin.schema.withSchema(schema).hasTable("deliveries")).toBe(true);
+	});
+
+	// Every key column of every index on the schema's tables, with its type and collation.
+	const indexKeyCollations = async (db: Knex) => {
+		const { rows } = await db.raw(
+			`SELECT t.relname || '.' || a.attname AS "column", format_type(a.atttypid, a.atttypmod) AS type, coalesce(c.collname, '') AS collation
+			   FROM pg_index i
+			   JOIN pg_class t ON t.oid = i.indrelid
+			   JOIN pg_namespace n ON n.oid = t.relnamespace AND n.nspname = ?
+			   JOIN pg_attribute a ON a.attrelid = t.oid AND a.attnum = ANY(i.indkey)
+			   LEFT JOIN pg_collation c ON c.oid = a.attcollation
+			  WHERE t.relname NOT LIKE 'knex_%'
+			  GROUP BY 1, 2, 3 ORDER BY 1`,
+			[schema],
+		);
+		return rows as Array<{ column: string; type: string; collation: string }>;
+	};
+	const textual = (type: string) => type.startsWith("character varying") || type === "text";
+
+	it("orders every indexed id, key and time by bytes; migrating down gives the columns back their default collation", async () => {
+		const admin = pools[0];
+		const keys = (await indexKeyCollations(admin)).filter(key => textual(key.type));
+		expect(keys.map(key => key.column)).toEqual(expect.arrayContaining(["deliveries.id", "deliveries.webhook_id", "deliveries.next_attempt_at", "delivery_messages.event_id", "delivery_attempts.delivery_id"]));
+		expect(keys.filter(key => key.collation !== "C")).toEqual([]);
+
+		const byteOrder = dispatcherMigrations.find(migration => migration.name === "013_byte_order_keys")!;
+		const db = pools[1];
+		await byteOrder.down(db);
+		const restored = (await indexKeyCollations(admin)).filter(key => textual(key.type));
+		expect(restored.filter(key => key.collation === "C")).toEqual([]);
+		await byteOrder.up(db);
+		expect((await indexKeyCollations(admin)).filter(key => textual(key.type) && key.collation !== "C")).toEqual([]);
 	});
 });
