@@ -28,24 +28,49 @@ export interface PreparedStatement {
 const REPLAN_AFTER_EXECUTIONS = [64, 512, 4_096, 32_768];
 const executions = new WeakMap<PgConnection, Map<string, number>>();
 
-/** The name to run a statement under on this connection: a new one at each replanning threshold. */
+// A migration that changes a column a prepared statement returns (its type, or its collation as
+// 013_byte_order_keys does) makes PostgreSQL refuse that statement on every connection that had
+// prepared it: "cached plan must not change result type", for good. pg keeps the statement's name
+// as prepared, so the only way out is another name.
+const preparedAgain = new WeakMap<PgConnection, Map<string, number>>();
+
+/** The name to run a statement under on this connection: a new one at each replanning threshold, and after a schema change refused it. */
 export function preparedNameFor(connection: PgConnection, statement: PreparedStatement): string {
 	let counts = executions.get(connection);
 	if (!counts) executions.set(connection, (counts = new Map()));
 	const count = (counts.get(statement.name) ?? 0) + 1;
 	counts.set(statement.name, count);
 	const generation = REPLAN_AFTER_EXECUTIONS.filter(threshold => count > threshold).length;
-	return generation === 0 ? statement.name : `${statement.name}_${generation}`;
+	const renewals = preparedAgain.get(connection)?.get(statement.name) ?? 0;
+	return `${statement.name}${generation === 0 ? "" : `_${generation}`}${renewals === 0 ? "" : `_r${renewals}`}`;
+}
+
+function prepareAgainNextTime(connection: PgConnection, statement: PreparedStatement): void {
+	let renewals = preparedAgain.get(connection);
+	if (!renewals) preparedAgain.set(connection, (renewals = new Map()));
+	renewals.set(statement.name, (renewals.get(statement.name) ?? 0) + 1);
+}
+
+function isRefusedAfterSchemaChange(err: unknown): boolean {
+	return (err as { code?: string }).code === "0A000" && /cached plan must not change result type/.test((err as Error).message);
 }
 
 /**
  * Runs a prepared statement on a connection taken from knex's pool (so the pool's size, its
  * acquire timeout and its handling of broken connections still apply) and gives it back after.
+ * A statement refused after a schema change is prepared again under a new name: at once outside a
+ * transaction (the refusal ran nothing), at the caller's next try inside one (which it aborted).
  */
 export async function runPrepared<Row>(db: Knex, statement: PreparedStatement, values: unknown[]): Promise<Row[]> {
 	const connection = (await db.client.acquireConnection()) as PgConnection;
+	const run = async () => (await connection.query<Row>({ name: preparedNameFor(connection, statement), text: statement.text, values })).rows;
 	try {
-		return (await connection.query<Row>({ name: preparedNameFor(connection, statement), text: statement.text, values })).rows;
+		return await run();
+	} catch (err) {
+		if (!isRefusedAfterSchemaChange(err)) throw err;
+		prepareAgainNextTime(connection, statement);
+		if (db.isTransaction) throw err;
+		return await run();
 	} finally {
 		await db.client.releaseConnection(connection);
 	}

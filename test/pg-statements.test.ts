@@ -5,7 +5,8 @@
 // the generic plan here (plan_cache_mode), so that the test does not hang on the planner's own
 // choice between generic and custom plans for this small statement; for the dispatcher's result
 // write, left to that choice, an execution took 5.2 ms on 30,000 rows under the plan cached
-// while the table was empty, and 0.84 ms prepared anew.
+// while the table was empty, and 0.84 ms prepared anew. And a statement that a schema change made
+// PostgreSQL refuse is prepared again under a new name.
 import knex, { type Knex } from "knex";
 import { preparedNameFor, runPrepared, type PgConnection, type PreparedStatement } from "../lib/pg-statements";
 import { postgresBinDir, startPostgresServer, type PostgresServer } from "./helpers/postgres-server";
@@ -82,5 +83,27 @@ describeWithPostgresPrograms("prepared statements on a table that grows from emp
 			await db.client.releaseConnection(again);
 		}
 		expect(Number((await db("rows").sum({ total: "touched" }))[0].total)).toBe(60);
+	});
+
+	it("prepares a statement again when a migration changed a column it returns, at once outside a transaction and at the next try inside one", async () => {
+		// The shape of 013_byte_order_keys: the collation of returned columns changes under
+		// statements that running instances have prepared.
+		await db.raw("CREATE TABLE returned (id varchar(36) PRIMARY KEY, hits integer NOT NULL DEFAULT 0)");
+		await db("returned").insert([{ id: "a" }, { id: "b" }]);
+		const touch: PreparedStatement = { name: "returned_touch", text: "UPDATE returned SET hits = hits + 1 WHERE id = ANY($1::text[]) RETURNING id" };
+		expect(await runPrepared(db, touch, [["a"]])).toEqual([{ id: "a" }]);
+
+		await db.raw('ALTER TABLE returned ALTER COLUMN id TYPE varchar(36) COLLATE "C"');
+		expect(await runPrepared(db, touch, [["a"]])).toEqual([{ id: "a" }]);
+
+		await db.raw('ALTER TABLE returned ALTER COLUMN id TYPE varchar(36) COLLATE "default"');
+		await expect(db.transaction(trx => runPrepared(trx, touch, [["b"]]))).rejects.toMatchObject({ code: "0A000" });
+		expect(await db.transaction(trx => runPrepared(trx, touch, [["b"]]))).toEqual([{ id: "b" }]);
+
+		// Each update ran once: the refused ones changed nothing.
+		expect(await db("returned").select("id", "hits").orderBy("id")).toEqual([
+			{ id: "a", hits: 2 },
+			{ id: "b", hits: 1 },
+		]);
 	});
 });
