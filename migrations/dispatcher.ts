@@ -312,4 +312,3 @@ export const dispatcherMigrations: Migration[] = [
 		},
 	},
 ];
-
