@@ -26,29 +26,31 @@ export interface PreparedStatement {
 // tail. So each connection prepares a statement again, under a new name, after 64, 512, 4096
 // and 32768 executions: the plan follows a table that grows from empty, and then stays.
 const REPLAN_AFTER_EXECUTIONS = [64, 512, 4_096, 32_768];
-const executions = new WeakMap<PgConnection, Map<string, number>>();
 
 // A migration that changes a column a prepared statement returns (its type, or its collation as
 // 013_byte_order_keys does) makes PostgreSQL refuse that statement on every connection that had
 // prepared it: "cached plan must not change result type", for good. pg keeps the statement's name
-// as prepared, so the only way out is another name.
-const preparedAgain = new WeakMap<PgConnection, Map<string, number>>();
+// as prepared, so the only way out is another name: `renewals` counts those.
+interface StatementUse {
+	executions: number;
+	renewals: number;
+}
+const uses = new WeakMap<PgConnection, Map<string, StatementUse>>();
+
+function useOf(connection: PgConnection, statement: PreparedStatement): StatementUse {
+	let byName = uses.get(connection);
+	if (!byName) uses.set(connection, (byName = new Map()));
+	let use = byName.get(statement.name);
+	if (!use) byName.set(statement.name, (use = { executions: 0, renewals: 0 }));
+	return use;
+}
 
 /** The name to run a statement under on this connection: a new one at each replanning threshold, and after a schema change refused it. */
 export function preparedNameFor(connection: PgConnection, statement: PreparedStatement): string {
-	let counts = executions.get(connection);
-	if (!counts) executions.set(connection, (counts = new Map()));
-	const count = (counts.get(statement.name) ?? 0) + 1;
-	counts.set(statement.name, count);
-	const generation = REPLAN_AFTER_EXECUTIONS.filter(threshold => count > threshold).length;
-	const renewals = preparedAgain.get(connection)?.get(statement.name) ?? 0;
-	return `${statement.name}${generation === 0 ? "" : `_${generation}`}${renewals === 0 ? "" : `_r${renewals}`}`;
-}
-
-function prepareAgainNextTime(connection: PgConnection, statement: PreparedStatement): void {
-	let renewals = preparedAgain.get(connection);
-	if (!renewals) preparedAgain.set(connection, (renewals = new Map()));
-	renewals.set(statement.name, (renewals.get(statement.name) ?? 0) + 1);
+	const use = useOf(connection, statement);
+	use.executions += 1;
+	const generation = REPLAN_AFTER_EXECUTIONS.filter(threshold => use.executions > threshold).length;
+	return `${statement.name}${generation === 0 ? "" : `_${generation}`}${use.renewals === 0 ? "" : `_r${use.renewals}`}`;
 }
 
 function isRefusedAfterSchemaChange(err: unknown): boolean {
@@ -68,7 +70,7 @@ export async function runPrepared<Row>(db: Knex, statement: PreparedStatement, v
 		return await run();
 	} catch (err) {
 		if (!isRefusedAfterSchemaChange(err)) throw err;
-		prepareAgainNextTime(connection, statement);
+		useOf(connection, statement).renewals += 1;
 		if (db.isTransaction) throw err;
 		return await run();
 	} finally {
