@@ -46,9 +46,15 @@ const RESULT_COLUMNS: ReadonlyArray<readonly [string, string, (update: DeliveryU
 ];
 const RESULT_VALUES = RESULT_COLUMNS.map(([, , valueOf]) => valueOf);
 
+/** What an attempt's row holds besides its delivery and number, as named in RESULT_COLUMNS. */
+const ATTEMPT_COLUMNS = ["attempted_at", "success", "status_code", "error_kind", "title", "detail", "duration_ms", "response_excerpt"];
+
 /**
  * PostgreSQL: a batch of results in one prepared statement (one round trip): the lease-guarded
- * UPDATE, and the attempts of the rows it matched. The last parameter is the time of the write.
+ * UPDATE, and the attempts of the rows it matched. The update returns what the attempts need: a
+ * join of its rows back to the batch was planned for the generic plan's guess of a few rows, a
+ * nested loop that compared every row with every other (200 × 200 for a batch of 200).
+ * The last parameter is the time of the write.
  */
 const WRITE_RESULTS_POSTGRES: PreparedStatement = {
 	name: "dispatcher_write_results",
@@ -70,13 +76,11 @@ const WRITE_RESULTS_POSTGRES: PreparedStatement = {
 			updated_at = $${RESULT_COLUMNS.length + 1}::text
 		FROM v
 		WHERE deliveries.id = v.id AND deliveries.lease_id = v.lease_id
-		RETURNING deliveries.id
+		RETURNING deliveries.id, v.attempted, v.attempt_count, ${ATTEMPT_COLUMNS.map(column => `v.${column}`).join(", ")}
 	),
 	a AS (
-		INSERT INTO delivery_attempts (delivery_id, attempt, attempted_at, success, status_code, error_kind, title, detail, duration_ms, response_excerpt)
-		SELECT v.id, v.attempt_count, v.attempted_at, v.success, v.status_code, v.error_kind, v.title, v.detail, v.duration_ms, v.response_excerpt
-		FROM v JOIN u ON u.id = v.id
-		WHERE v.attempted
+		INSERT INTO delivery_attempts (delivery_id, attempt, ${ATTEMPT_COLUMNS.join(", ")})
+		SELECT id, attempt_count, ${ATTEMPT_COLUMNS.join(", ")} FROM u WHERE attempted
 	)
 	SELECT id FROM u`,
 };
