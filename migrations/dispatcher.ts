@@ -17,6 +17,18 @@ const BYTE_ORDER_COLUMNS: Array<[table: string, columns: string[]]> = [
 	["webhook_rate_slots", ["webhook_id"]],
 ];
 
+// What a delivery's row keeps of its first attempt (014), as in delivery_attempts; the time is
+// first_attempt_at, which was there before.
+const FIRST_ATTEMPT_COLUMNS: Array<[column: string, type: string]> = [
+	["success", "boolean"],
+	["status_code", "integer"],
+	["error_kind", "varchar(20)"],
+	["title", "varchar(40)"],
+	["detail", "varchar(500)"],
+	["duration_ms", "integer"],
+	["response_excerpt", "text"],
+];
+
 export const dispatcherMigrations: Migration[] = [
 	{
 		name: "001_create_delivery_tables",
@@ -309,6 +321,32 @@ export const dispatcherMigrations: Migration[] = [
 		async down(db) {
 			if (!isPostgres(db)) return;
 			for (const [table, columns] of BYTE_ORDER_COLUMNS) await setColumnCollation(db, table, columns, "default");
+		},
+	},
+	{
+		// Most deliveries are attempted once, and each first attempt was a row of delivery_attempts
+		// with two index entries and a foreign key check. Now the update that records the result
+		// writes it into the delivery's own row; attempts after it still get rows of their own.
+		// Rows written before this keep their first attempt in delivery_attempts
+		// (first_attempt_success is null there), so nothing is moved. delivery_attempt_log lists
+		// both as one table, for operators and tests.
+		name: "014_first_attempt_in_delivery",
+		async up(db) {
+			for (const [column, type] of FIRST_ATTEMPT_COLUMNS) await db.raw(`ALTER TABLE deliveries ADD COLUMN first_attempt_${column} ${type}`);
+			await db.raw(`CREATE VIEW delivery_attempt_log AS
+				SELECT id AS delivery_id, 1 AS attempt, first_attempt_at AS attempted_at, ${FIRST_ATTEMPT_COLUMNS.map(([column]) => `first_attempt_${column} AS ${column}`).join(", ")}
+				FROM deliveries WHERE first_attempt_success IS NOT NULL
+				UNION ALL
+				SELECT delivery_id, attempt, attempted_at, ${FIRST_ATTEMPT_COLUMNS.map(([column]) => column).join(", ")}
+				FROM delivery_attempts`);
+		},
+		async down(db) {
+			await db.raw("DROP VIEW delivery_attempt_log");
+			const columns = FIRST_ATTEMPT_COLUMNS.map(([column]) => column);
+			await db.raw(`INSERT INTO delivery_attempts (delivery_id, attempt, attempted_at, ${columns.join(", ")})
+				SELECT id, 1, first_attempt_at, ${columns.map(column => `first_attempt_${column}`).join(", ")}
+				FROM deliveries WHERE first_attempt_success IS NOT NULL`);
+			for (const column of columns) await db.raw(`ALTER TABLE deliveries DROP COLUMN first_attempt_${column}`);
 		},
 	},
 ];

@@ -4,7 +4,7 @@
 // it records are the times requests arrived, not the times a busy event loop got round to them.
 // Events are published by directed `dispatcher.publish` calls, alternating between the two
 // instances, so that both take deliveries in, lease them and send them from the one shared
-// schedule. Counted by the dispatchers' own send times (delivery_attempts.attempted_at, taken as
+// schedule. Counted by the dispatchers' own send times (delivery_attempt_log.attempted_at, taken as
 // each attempt starts): in any one second (a half-open window starting at an attempt) never more
 // than the limit plus 10 %; and at the receiver, every delivery answered 200 exactly once.
 // Waiting for a send time is never an attempt: no delivery fails or is attempted twice. Which
@@ -33,15 +33,15 @@ const sleep = (ms: number) => new Promise(resolve => setTimeout(resolve, Math.ma
 const busiestSecondOf = (requests: ReceivedRequest[]) => busiestSecond(requests.map(request => request.receivedAt.getTime()));
 
 /**
- * When the instances started each attempt of the webhook (delivery_attempts.attempted_at, by the
+ * When the instances started each attempt of the webhook (delivery_attempt_log.attempted_at, by the
  * webhook-id they sent), as requests: the limiter's own figure, beside the receiver's.
  */
 async function sendTimesOf(cluster: Cluster, webhook: ClusterWebhook): Promise<ReceivedRequest[]> {
 	const attempts: Array<{ delivery_id: string; attempted_at: string }> = await cluster
-		.db("delivery_attempts")
-		.join("deliveries", "deliveries.id", "delivery_attempts.delivery_id")
+		.db("delivery_attempt_log")
+		.join("deliveries", "deliveries.id", "delivery_attempt_log.delivery_id")
 		.where("deliveries.webhook_id", webhook.id)
-		.select("delivery_attempts.delivery_id", "delivery_attempts.attempted_at");
+		.select("delivery_attempt_log.delivery_id", "delivery_attempt_log.attempted_at");
 	return attempts.map(attempt => ({ method: "POST", path: webhook.path, headers: { "webhook-id": `msg_${attempt.delivery_id}` }, body: "", receivedAt: new Date(attempt.attempted_at) }));
 }
 

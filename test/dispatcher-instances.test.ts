@@ -57,7 +57,7 @@ describe.each(testDatabases())("two dispatcher instances on %s", database => {
 		expect(requests).toHaveLength(total * 2);
 		expect(new Set(requests.map(request => request.headers["webhook-id"]))).toEqual(new Set(rows.map(row => `msg_${row.id}`)));
 		for (const webhook of webhooks) for (const request of first.received(webhook)) verified(request, webhook.secret);
-		const attempts = await first.stack.db("delivery_attempts").whereIn("delivery_id", rows.map(row => row.id));
+		const attempts = await first.stack.db("delivery_attempt_log").whereIn("delivery_id", rows.map(row => row.id));
 		expect(attempts).toHaveLength(total * 2);
 
 		// Both instances did part of the work.

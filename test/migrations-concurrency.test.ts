@@ -61,11 +61,15 @@ describeOnPostgres("migrations run by instances starting together on PostgreSQL"
 		expect(keys.filter(key => key.collation !== "C")).toEqual([]);
 
 		const byteOrder = dispatcherMigrations.find(migration => migration.name === "013_byte_order_keys")!;
+		// 014's view reads the columns 013 changes, and PostgreSQL will not change a column under a view.
+		const firstAttemptInRow = dispatcherMigrations.find(migration => migration.name === "014_first_attempt_in_delivery")!;
 		const db = pools[1];
+		await firstAttemptInRow.down(db);
 		await byteOrder.down(db);
 		const restored = (await indexKeyCollations(admin)).filter(key => textual(key.type));
 		expect(restored.filter(key => key.collation === "C")).toEqual([]);
 		await byteOrder.up(db);
+		await firstAttemptInRow.up(db);
 		expect((await indexKeyCollations(admin)).filter(key => textual(key.type) && key.collation !== "C")).toEqual([]);
 	});
 });

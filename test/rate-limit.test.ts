@@ -41,7 +41,7 @@ describe.each(testDatabases())("a rate-limited webhook with one dispatcher on %s
 			"the limited webhook's deliveries",
 			60_000,
 		);
-		const attempts: Array<{ attempted_at: string }> = await stack.db("delivery_attempts").whereIn("delivery_id", rows.map(row => row.id)).select("attempted_at");
+		const attempts: Array<{ attempted_at: string }> = await stack.db("delivery_attempt_log").whereIn("delivery_id", rows.map(row => row.id)).select("attempted_at");
 		const sendTimes = attempts.map(attempt => Date.parse(attempt.attempted_at));
 		const received = delivery.received(limited);
 		console.log(`rate limit ${LIMIT}/s on ${database}: busiest second ${busiestSecond(sendTimes)} by send times, ${busiestSecond(received.map(request => request.receivedAt.getTime()))} at the receiver`);

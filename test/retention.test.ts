@@ -66,7 +66,7 @@ describe.each(testDatabases())("retention on %s", database => {
 		// Counted while the old work is younger than the period: from then on the services' own
 		// first prune (at a random moment of their first minute) may remove it before the test does.
 		const oldIds = old.map(event => event.event_id!);
-		const attemptsOfOld = () => db()("delivery_attempts as a").join("deliveries as d", "d.id", "a.delivery_id").whereIn("d.event_id", oldIds);
+		const attemptsOfOld = () => db()("delivery_attempt_log as a").join("deliveries as d", "d.id", "a.delivery_id").whereIn("d.event_id", oldIds);
 		expect((await attemptsOfOld().where({ "d.webhook_id": healthy.id })).length).toBe(2);
 		// The second delivery's first attempt may still have been in flight when the webhook was disabled.
 		const parkedAttempts = (await waitUntil(() => attemptsOfOld().where({ "d.webhook_id": parked.id }), rows => rows.length >= 2, "the parked deliveries' attempts")).length;

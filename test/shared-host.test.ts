@@ -21,7 +21,7 @@ describe.each(testDatabases())("webhooks of several customers on one host, on %s
 		await env?.stop();
 	});
 
-	const attemptsOf = async (webhook: CreatedWebhook) => Number((await env.stack.db("delivery_attempts").join("deliveries", "deliveries.id", "delivery_attempts.delivery_id").where("deliveries.webhook_id", webhook.id).count({ n: "*" }))[0].n);
+	const attemptsOf = async (webhook: CreatedWebhook) => Number((await env.stack.db("delivery_attempt_log").join("deliveries", "deliveries.id", "delivery_attempt_log.delivery_id").where("deliveries.webhook_id", webhook.id).count({ n: "*" }))[0].n);
 
 	it("lets the other customers' webhooks deliver while one customer's endpoint holds its attempts", async () => {
 		const slowCustomer = await newCustomer(env.stack);

@@ -158,7 +158,7 @@ describe.each(testDatabases())("webhook lifecycle on %s", database => {
 		const [first, second] = env.received(webhook);
 		// The schedule alone would retry after 1 s (minus jitter); the receiver asked for 2 s.
 		expect(second.receivedAt.getTime() - first.receivedAt.getTime()).toBeGreaterThanOrEqual(2_000);
-		const attempts = await db()("delivery_attempts").where({ delivery_id: done.id }).orderBy("attempt");
+		const attempts = await db()("delivery_attempt_log").where({ delivery_id: done.id }).orderBy("attempt");
 		expect(attempts.map(attempt => attempt.status_code)).toEqual([429, 200]);
 	});
 
@@ -201,7 +201,7 @@ describe.each(testDatabases())("webhook lifecycle on %s", database => {
 		expect(disabled).toMatchObject({ disabled_reason: "failing" });
 		expect(await disables("failing")).toBe(failingBefore + 1);
 		// Its failure streak lasted at least WEBHOOK_DISABLE_AFTER: the first attempt is that old.
-		const attempts = await db()("delivery_attempts as a").join("deliveries as d", "d.id", "a.delivery_id").where({ "d.webhook_id": dead.id }).select("a.attempted_at", "a.success");
+		const attempts = await db()("delivery_attempt_log as a").join("deliveries as d", "d.id", "a.delivery_id").where({ "d.webhook_id": dead.id }).select("a.attempted_at", "a.success");
 		expect(attempts.every(attempt => !attempt.success)).toBe(true);
 		const firstFailure = Math.min(...attempts.map(attempt => new Date(attempt.attempted_at).getTime()));
 		expect(new Date(disabled.disabled_at).getTime() - firstFailure).toBeGreaterThanOrEqual(2_500);

@@ -114,7 +114,7 @@ describe.each(testDatabases())("recover on %s", database => {
 		// being claimed and parked in the background.
 		const rowsOfThisWebhook = async () => ({
 			deliveries: await db()("deliveries").where({ webhook_id: webhook.id }).orderBy("id"),
-			attempts: await db()("delivery_attempts as a").join("deliveries as d", "d.id", "a.delivery_id").where("d.webhook_id", webhook.id).select("a.*").orderBy("a.id"),
+			attempts: await db()("delivery_attempt_log as a").join("deliveries as d", "d.id", "a.delivery_id").where("d.webhook_id", webhook.id).select("a.*").orderBy(["a.delivery_id", "a.attempt"]),
 			recoveredElsewhere: await db()("deliveries").where({ manual_retry: true }).whereNot({ webhook_id: webhook.id }).whereIn("customer_id", [alice.id, mallory.id]).count({ count: "*" }),
 		});
 		const snapshot = await rowsOfThisWebhook();

@@ -36,17 +36,16 @@ describe.each(testDatabases())("webhook stats on %s", database => {
 		const webhook = await env.createWebhook(alice.token);
 		env.script(webhook, [{ status: 200 }, { status: 200 }, { status: 500 }]);
 		for (let i = 0; i < 3; i += 1) await publish(alice);
-		await waitUntil(() => env.stack.db("delivery_attempts").whereIn("delivery_id", env.stack.db("deliveries").select("id").where({ webhook_id: webhook.id })), rows => rows.length === 3, "three attempts");
+		await waitUntil(() => env.stack.db("delivery_attempt_log").whereIn("delivery_id", env.stack.db("deliveries").select("id").where({ webhook_id: webhook.id })), rows => rows.length === 3, "three attempts");
 
 		// Two more deliveries, moved back in time: one three hours ago, one outside the window.
 		await publish(alice);
 		await publish(alice);
 		const rows = await waitUntil(() => deliveriesOf(webhook), found => found.length === 5 && found.every(row => row.attempt_count >= 1), "five attempted deliveries");
 		const [threeHoursAgo, dayAndHalfAgo] = [new Date(Date.now() - 3 * HOUR_MS).toISOString(), new Date(Date.now() - 36 * HOUR_MS).toISOString()];
-		await env.stack.db("deliveries").where({ id: rows[3].id }).update({ created_at: threeHoursAgo });
-		await env.stack.db("delivery_attempts").where({ delivery_id: rows[3].id }).update({ attempted_at: threeHoursAgo });
-		await env.stack.db("deliveries").where({ id: rows[4].id }).update({ created_at: dayAndHalfAgo });
-		await env.stack.db("delivery_attempts").where({ delivery_id: rows[4].id }).update({ attempted_at: dayAndHalfAgo });
+		// Their only attempt is their first, which the delivery's own row keeps.
+		await env.stack.db("deliveries").where({ id: rows[3].id }).update({ created_at: threeHoursAgo, first_attempt_at: threeHoursAgo });
+		await env.stack.db("deliveries").where({ id: rows[4].id }).update({ created_at: dayAndHalfAgo, first_attempt_at: dayAndHalfAgo });
 
 		const response = await request("GET", `/id/v3/webhooks/${webhook.id}/stats?window=24h`, alice.token);
 		expect(response.status).toBe(200);
@@ -77,6 +76,19 @@ describe.each(testDatabases())("webhook stats on %s", database => {
 		// window defaults to 24h.
 		const byDefault = await request("GET", `/id/v3/webhooks/${webhook.id}/stats`, alice.token);
 		expect(byDefault.body.totals).toEqual(stats.totals);
+	});
+
+	it("counts a later attempt, a row of delivery_attempts, beside the first one kept in the delivery's row", async () => {
+		const alice = await newCustomer();
+		const webhook = await env.createWebhook(alice.token);
+		env.script(webhook, [{ status: 500 }]);
+		await publish(alice);
+		const [row] = await waitUntil(() => deliveriesOf(webhook), rows => rows.length === 1 && rows[0].attempt_count === 1, "the first attempt");
+		expect((await request("POST", `/id/v3/webhooks/${webhook.id}/deliveries/${row.id}/retry`, alice.token)).status).toBe(202);
+		await waitUntil(() => deliveriesOf(webhook), rows => rows[0].status === "succeeded", "the retry by hand");
+		expect((await env.stack.db("delivery_attempts").where({ delivery_id: row.id })).map(attempt => attempt.attempt)).toEqual([2]);
+		const response = await request("GET", `/id/v3/webhooks/${webhook.id}/stats`, alice.token);
+		expect(response.body.totals).toEqual({ succeeded: 1, failed: 0, pending: 0, cancelled: 0, attempts_succeeded: 1, attempts_failed: 1 });
 	});
 
 	it("counts a delivery waiting for its retry as pending, and nothing of other webhooks or customers", async () => {

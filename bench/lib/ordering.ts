@@ -351,11 +351,11 @@ async function latency(ctx: Context, deployment: OrderingDeployment, customer: s
 
 /** The longest run of failed attempts in a row at the webhook since `since`, in the order they started. */
 async function longestFailureRun(deployment: OrderingDeployment, webhookId: string, since: string): Promise<{ attempts: number; failures: number; longest: number }> {
-	const rows: Array<{ success: unknown }> = await deployment.db("delivery_attempts as a")
+	const rows: Array<{ success: unknown }> = await deployment.db("delivery_attempt_log as a")
 		.join("deliveries as d", "d.id", "a.delivery_id")
 		.where("d.webhook_id", webhookId)
 		.andWhere("a.attempted_at", ">=", since)
-		.orderBy([{ column: "a.attempted_at" }, { column: "a.id" }])
+		.orderBy([{ column: "a.attempted_at" }, { column: "a.delivery_id" }, { column: "a.attempt" }])
 		.select("a.success");
 	let longest = 0;
 	let run = 0;

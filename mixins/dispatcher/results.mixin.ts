@@ -1,7 +1,8 @@
 // Dispatcher results: what an attempt's outcome means for its delivery (succeeded, retry at the
 // next time of the persisted schedule, or failed) and how it is written back. The worker's slot
 // is freed at once; the write joins a micro-batch (`this.results`) that updates the deliveries
-// and inserts their attempts in one transaction (SQLite) or one statement (PostgreSQL); on SQLite
+// and records their attempts in one transaction (SQLite) or one statement (PostgreSQL): a first
+// attempt in the delivery's own row, a later one as a row of delivery_attempts; on SQLite
 // an intake batch that commits first takes the waiting results into its own transaction
 // (takeWaitingResults). Each update is guarded by the delivery's
 // lease_id, so a worker whose lease was lost (taken over, cancelled, retried by hand) writes
@@ -50,16 +51,24 @@ const RESULT_VALUES = RESULT_COLUMNS.map(([, , valueOf]) => valueOf);
 const ATTEMPT_COLUMNS = ["attempted_at", "success", "status_code", "error_kind", "title", "detail", "duration_ms", "response_excerpt"];
 
 /**
+ * A delivery's first attempt is kept in its own row (migration 014); later ones get rows of
+ * delivery_attempts. An update that records no first attempt keeps the row's columns as they are.
+ */
+const FIRST_ATTEMPT_FIELDS = ATTEMPT_COLUMNS.filter(column => column !== "attempted_at"); // its time is first_attempt_at
+const keepFirstAttempt = (isFirst: string, valueOf: (field: string) => string, current: (column: string) => string) =>
+	FIRST_ATTEMPT_FIELDS.map(field => `first_attempt_${field} = CASE WHEN ${isFirst} THEN ${valueOf(field)} ELSE ${current(`first_attempt_${field}`)} END`).join(",\n\t\t\t");
+
+/**
  * PostgreSQL: a batch of results in one prepared statement (one round trip): the lease-guarded
- * UPDATE, and the attempts of the rows it matched. The update returns what the attempts need: a
- * join of its rows back to the batch was planned for the generic plan's guess of a few rows, a
+ * UPDATE, and the later attempts of the rows it matched. The update returns what the attempts need:
+ * a join of its rows back to the batch was planned for the generic plan's guess of a few rows, a
  * nested loop that compared every row with every other (200 × 200 for a batch of 200).
  * The last parameter is the time of the write.
  */
 const WRITE_RESULTS_POSTGRES: PreparedStatement = {
 	name: "dispatcher_write_results",
 	text: `WITH v AS (
-		SELECT * FROM ${unnestColumns(RESULT_COLUMNS, 1, "r")}
+		SELECT *, attempted AND attempt_count = 1 AS first_attempt FROM ${unnestColumns(RESULT_COLUMNS, 1, "r")}
 	),
 	u AS (
 		UPDATE deliveries SET
@@ -73,14 +82,15 @@ const WRITE_RESULTS_POSTGRES: PreparedStatement = {
 			last_attempt_at = CASE WHEN v.attempted THEN v.attempted_at ELSE deliveries.last_attempt_at END,
 			last_status_code = CASE WHEN v.attempted THEN v.status_code ELSE deliveries.last_status_code END,
 			last_error_kind = CASE WHEN v.attempted THEN v.error_kind ELSE deliveries.last_error_kind END,
+			${keepFirstAttempt("v.first_attempt", field => `v.${field}`, column => `deliveries.${column}`)},
 			updated_at = $${RESULT_COLUMNS.length + 1}::text
 		FROM v
 		WHERE deliveries.id = v.id AND deliveries.lease_id = v.lease_id
-		RETURNING deliveries.id, v.attempted, v.attempt_count, ${ATTEMPT_COLUMNS.map(column => `v.${column}`).join(", ")}
+		RETURNING deliveries.id, v.attempted, v.first_attempt, v.attempt_count, ${ATTEMPT_COLUMNS.map(column => `v.${column}`).join(", ")}
 	),
 	a AS (
 		INSERT INTO delivery_attempts (delivery_id, attempt, ${ATTEMPT_COLUMNS.join(", ")})
-		SELECT id, attempt_count, ${ATTEMPT_COLUMNS.join(", ")} FROM u WHERE attempted
+		SELECT id, attempt_count, ${ATTEMPT_COLUMNS.join(", ")} FROM u WHERE attempted AND NOT first_attempt
 	)
 	SELECT id FROM u`,
 };
@@ -101,8 +111,8 @@ interface WrittenResults {
 
 /**
  * SQLite, inside one transaction: writes each update where the delivery's lease still matches
- * (a delivery whose lease was lost, cancelled or taken over, is left alone), then the attempts of
- * the matched ones, then promotes the next delivery of each order queue whose head ended.
+ * (a delivery whose lease was lost, cancelled or taken over, is left alone), then the later
+ * attempts of the matched ones, then promotes the next delivery of each order queue whose head ended.
  */
 function writeResultsSqlite(connection: SqliteConnection, updates: DeliveryUpdate[], now: string): WrittenResults {
 	const update = connection.prepare(
@@ -115,6 +125,7 @@ function writeResultsSqlite(connection: SqliteConnection, updates: DeliveryUpdat
 			last_attempt_at = CASE WHEN @attempted = 1 THEN @attempted_at ELSE last_attempt_at END,
 			last_status_code = CASE WHEN @attempted = 1 THEN @status_code ELSE last_status_code END,
 			last_error_kind = CASE WHEN @attempted = 1 THEN @error_kind ELSE last_error_kind END,
+			${keepFirstAttempt("@first_attempt = 1", field => `@${field}`, column => column)},
 			updated_at = @updated_at
 		WHERE id = @id AND lease_id = @lease_id`,
 	);
@@ -124,6 +135,16 @@ function writeResultsSqlite(connection: SqliteConnection, updates: DeliveryUpdat
 	);
 	const matched = new Set<string>();
 	for (const { delivery, status, attemptCount, nextAttemptAt, parked, manualRetry, outcome } of updates) {
+		const firstAttempt = outcome !== undefined && attemptCount === 1;
+		const attemptFields = {
+			success: sqliteBoolean(outcome?.success ?? false),
+			status_code: outcome?.statusCode ?? null,
+			error_kind: outcome?.errorKind ?? null,
+			title: outcome?.title ?? null,
+			detail: outcome ? outcome.detail.slice(0, 500) : null,
+			duration_ms: outcome?.durationMs ?? null,
+			response_excerpt: outcome?.responseExcerpt ?? null,
+		};
 		const result = update.run({
 			id: delivery.id,
 			lease_id: delivery.leaseId,
@@ -134,25 +155,14 @@ function writeResultsSqlite(connection: SqliteConnection, updates: DeliveryUpdat
 			manual_retry: sqliteBoolean(manualRetry),
 			attempted: outcome ? 1 : 0,
 			attempted_at: outcome?.attemptedAt ?? null,
-			status_code: outcome?.statusCode ?? null,
-			error_kind: outcome?.errorKind ?? null,
+			first_attempt: sqliteBoolean(firstAttempt),
+			...attemptFields,
 			updated_at: now,
 		});
 		if (result.changes !== 1) continue;
 		matched.add(delivery.id);
-		if (!outcome) continue;
-		insertAttempt.run({
-			delivery_id: delivery.id,
-			attempt: attemptCount,
-			attempted_at: outcome.attemptedAt,
-			success: sqliteBoolean(outcome.success),
-			status_code: outcome.statusCode,
-			error_kind: outcome.errorKind,
-			title: outcome.title,
-			detail: outcome.detail.slice(0, 500),
-			duration_ms: outcome.durationMs,
-			response_excerpt: outcome.responseExcerpt,
-		});
+		if (!outcome || firstAttempt) continue;
+		insertAttempt.run({ delivery_id: delivery.id, attempt: attemptCount, attempted_at: outcome.attemptedAt, ...attemptFields });
 	}
 	return { matched, promoted: promoteNextSqlite(connection, endedQueues(updates, matched), now) };
 }
@@ -236,8 +246,8 @@ export const ResultsMixin: DispatcherMixin = {
 		},
 
 		/**
-		 * Writes a batch of results at once: per delivery a lease-guarded UPDATE, and the attempts
-		 * of those whose lease still held. SQLite: one synchronous transaction; PostgreSQL: one
+		 * Writes a batch of results at once: per delivery a lease-guarded UPDATE, and the later
+		 * attempts of those whose lease still held. SQLite: one synchronous transaction; PostgreSQL: one
 		 * prepared statement.
 		 */
 		async writeUpdates(this: DispatcherThis, updates: DeliveryUpdate[]): Promise<boolean[]> {

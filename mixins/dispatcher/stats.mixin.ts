@@ -54,12 +54,16 @@ export const DeliveryStatsMixin: Partial<ServiceSchema<ServiceSettingSchema, DbS
 						 group by ${HOUR_OF("created_at")}, status`,
 						[id, customerId, from, to],
 					),
+					// A first attempt is kept in its delivery's row (migration 014), later ones in delivery_attempts.
 					this.db.raw(
-						`select ${HOUR_OF("a.attempted_at")} as hour, a.success as success, count(*) as count
-						 from delivery_attempts a join deliveries d on d.id = a.delivery_id
-						 where d.webhook_id = ? and d.customer_id = ? and a.attempted_at >= ? and a.attempted_at < ?
-						 group by ${HOUR_OF("a.attempted_at")}, a.success`,
-						[id, customerId, from, to],
+						`select hour, success, count(*) as count from (
+							select ${HOUR_OF("d.first_attempt_at")} as hour, d.first_attempt_success as success from deliveries d
+							 where d.webhook_id = ? and d.customer_id = ? and d.first_attempt_success is not null and d.first_attempt_at >= ? and d.first_attempt_at < ?
+							union all
+							select ${HOUR_OF("a.attempted_at")}, a.success from delivery_attempts a join deliveries d on d.id = a.delivery_id
+							 where d.webhook_id = ? and d.customer_id = ? and a.attempted_at >= ? and a.attempted_at < ?
+						) attempts group by hour, success`,
+						[id, customerId, from, to, id, customerId, from, to],
 					),
 				]);
 

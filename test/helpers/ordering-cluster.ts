@@ -194,7 +194,7 @@ export async function explainMisordered(cluster: Cluster, webhook: ClusterWebhoo
 			.whereIn("event_id", [...stepOf.keys()])
 			.select("id", "event_id", "status", "waiting", "attempt_count", "created_at", "updated_at", "first_attempt_at", "last_attempt_at");
 		const attempts: Array<Record<string, unknown>> = await cluster
-			.db("delivery_attempts")
+			.db("delivery_attempt_log")
 			.whereIn("delivery_id", rows.map(row => row.id as string))
 			.select("delivery_id", "attempt", "attempted_at", "status_code");
 		explained.push({
