@@ -1,5 +1,6 @@
-// dispatcher: owns webhook delivery (tables `delivery_messages`, `deliveries`,
-// `delivery_attempts`, `delivery_rejected_events`). It takes in `tasking.order_status` events,
+// dispatcher: owns webhook delivery (tables `delivery_messages`, `deliveries` with each delivery's
+// first attempt, `delivery_attempts` with the attempts after it, the view `delivery_attempt_log` of
+// all of them, and `delivery_rejected_events`). It takes in `tasking.order_status` events,
 // persists one message per event and one delivery per subscribed webhook before any request is
 // made (acknowledging a channel event only then), sends them through lib/webhook-sender.ts, retries failures on the persisted schedule of
 // lib/retry-schedule.ts, and serves the webhook test, the delivery log and
@@ -9,7 +10,7 @@
 //   intake   events arriving together are written in one transaction; each new delivery is
 //            leased to this instance in that same insert and handed straight to the worker.
 //   worker   sends within the global and per-webhook concurrency limits; results are written
-//            back in batches (deliveries updated and attempts inserted in one transaction).
+//            back in batches (deliveries updated and later attempts inserted in one transaction).
 //   claims   a poll loop leases due deliveries (retries, overflow, other instances' expired
 //            leases). A lease is the row's next_attempt_at moved to the lease expiry plus a
 //            lease_id: an abandoned lease simply makes the row due again, and a result write
