@@ -2,40 +2,24 @@
 // keep theirs in delivery_attempts; delivery_attempt_log lists both. Migrating down moves the
 // kept first attempts back into delivery_attempts, so no attempt is lost either way.
 import crypto from "node:crypto";
-import fs from "node:fs";
-import os from "node:os";
-import path from "node:path";
-import knex, { type Knex } from "knex";
+import type { Knex } from "knex";
 import { runMigrations } from "../mixins/db.mixin";
 import { dispatcherMigrations } from "../migrations/dispatcher";
-import { TEST_DATABASE_URL, testDatabases } from "./helpers/services";
+import { testDatabases } from "./helpers/services";
+import { scratchDatabase, type ScratchDatabase } from "./helpers/scratch-database";
 
 const BEFORE_014 = dispatcherMigrations.filter(migration => migration.name < "014");
 const FIRST_ATTEMPT_IN_ROW = dispatcherMigrations.find(migration => migration.name === "014_first_attempt_in_delivery")!;
 
 describe.each(testDatabases())("a delivery's first attempt in its own row (migration 014), on %s", database => {
+	let scratch: ScratchDatabase;
 	let db: Knex;
-	let cleanup: () => Promise<void>;
 
 	beforeAll(async () => {
-		const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), "swh-first-attempt-"));
-		let schema: string | undefined;
-		if (database === "postgres") {
-			schema = `t_${crypto.randomBytes(6).toString("hex")}`;
-			const admin = knex({ client: "pg", connection: TEST_DATABASE_URL, pool: { min: 0, max: 1 } });
-			await admin.raw(`CREATE SCHEMA "${schema}"`);
-			await admin.destroy();
-			db = knex({ client: "pg", connection: TEST_DATABASE_URL, searchPath: [schema], pool: { min: 0, max: 2 } });
-		} else {
-			db = knex({ client: "better-sqlite3", connection: { filename: path.join(dataDir, "service.sqlite") }, useNullAsDefault: true });
-		}
-		cleanup = async () => {
-			if (schema) await db.raw(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`);
-			await db.destroy();
-			fs.rmSync(dataDir, { recursive: true, force: true });
-		};
+		scratch = await scratchDatabase(database, "first-attempt");
+		db = scratch.db;
 	});
-	afterAll(() => cleanup?.());
+	afterAll(() => scratch?.drop());
 
 	const at = (second: number) => `2026-11-27T12:00:${String(second).padStart(2, "0")}.000Z`;
 	const attempt = (deliveryId: string, number: number, success: boolean, statusCode: number) => ({

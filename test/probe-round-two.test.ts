@@ -3,15 +3,13 @@
 // parameters included; an IPv4 allowance does not open its IPv6 forms; bodies are UTF-8 JSON
 // without repeated keys; framing the gateway cannot trust gets a problem answer; tokens expire
 // within a bound; slow clients cannot hold the gateway; the rate limit is per customer.
-import fs from "node:fs";
-import os from "node:os";
-import path from "node:path";
 import net from "node:net";
 import crypto from "node:crypto";
-import knex, { type Knex } from "knex";
+import type { Knex } from "knex";
 import { SignJWT, type JWTPayload } from "jose";
 import { expectProblem, rejectionCheck, snapshotTables, startStack, type Stack } from "./helpers/stack";
-import { testDatabases, TEST_DATABASE_URL } from "./helpers/services";
+import { testDatabases } from "./helpers/services";
+import { scratchDatabase, type ScratchDatabase } from "./helpers/scratch-database";
 import { rawExchange, parseRawResponses } from "./helpers/raw-http";
 import { runMigrations } from "../mixins/db.mixin";
 import { webhooksMigrations } from "../migrations/webhooks";
@@ -312,29 +310,16 @@ describe.each(testDatabases())("the rate limit per customer, on %s", database =>
 describe.each(testDatabases())("customer ids of users without a customer claim, moved by migration, on %s", database => {
 	let db: Knex;
 	let stack: Stack | undefined;
-	let cleanup: () => Promise<void>;
-	let dataDir: string;
-	let schema: string | undefined;
+	let scratch: ScratchDatabase | undefined;
 
 	beforeAll(async () => {
-		dataDir = fs.mkdtempSync(path.join(os.tmpdir(), "swh-namespace-"));
-		if (database === "postgres") {
-			schema = `t_${crypto.randomBytes(6).toString("hex")}`;
-			const admin = knex({ client: "pg", connection: TEST_DATABASE_URL, pool: { min: 0, max: 1 } });
-			await admin.raw(`CREATE SCHEMA "${schema}"`);
-			await admin.destroy();
-			db = knex({ client: "pg", connection: TEST_DATABASE_URL, searchPath: [schema], pool: { min: 0, max: 2 } });
-		} else {
-			db = knex({ client: "better-sqlite3", connection: { filename: path.join(dataDir, "service.sqlite") }, useNullAsDefault: true });
-		}
-		cleanup = async () => {
-			await stack?.stop();
-			if (schema) await db.raw(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`);
-			await db.destroy();
-			fs.rmSync(dataDir, { recursive: true, force: true });
-		};
+		scratch = await scratchDatabase(database, "namespace");
+		db = scratch.db;
 	});
-	afterAll(() => cleanup?.());
+	afterAll(async () => {
+		await stack?.stop();
+		await scratch?.drop();
+	});
 
 	it("keeps the webhooks and deliveries of implicit and named customers with their owners", async () => {
 		// The tables as they were before the namespaces: implicit customers named by the user id.
@@ -363,7 +348,7 @@ describe.each(testDatabases())("customer ids of users without a customer claim, 
 		const deliveryId = crypto.randomUUID();
 		await db("deliveries").insert({ id: deliveryId, event_id: eventId, webhook_id: ids.alice, customer_id: "alice", status: "failed", next_attempt_at: null, created_at: at, updated_at: at });
 
-		stack = await startStack({ database, dataDir, schema, services: ["api", "topics", "webhooks", "users", "dispatcher"] });
+		stack = await startStack({ database, dataDir: scratch!.dataDir, schema: scratch!.schema, services: ["api", "topics", "webhooks", "users", "dispatcher"] });
 		const listOf = async (token: string) => (await stack!.request("GET", "/id/v3/webhooks", { token })).body.webhooks.map((entry: { id: string }) => entry.id);
 		expect(await listOf(await stack.token("alice"))).toEqual([ids.alice]);
 		expect(await listOf(await stack.token("bob", { customer: "acme" }))).toEqual([ids.acme]);

@@ -1,13 +1,11 @@
 // Webhook management through the real gateway (API.md, "Webhooks"), and the internal actions
 // and events the dispatcher relies on (CONTRIBUTING.md, "webhooks"), on SQLite and PostgreSQL.
 import crypto from "node:crypto";
-import fs from "node:fs";
-import os from "node:os";
-import path from "node:path";
-import knex, { type Knex } from "knex";
+import type { Knex } from "knex";
 import type { Service } from "moleculer";
 import { expectProblem, startStack, type Stack } from "./helpers/stack";
-import { testDatabases, TEST_DATABASE_URL } from "./helpers/services";
+import { testDatabases } from "./helpers/services";
+import { scratchDatabase, type ScratchDatabase } from "./helpers/scratch-database";
 import { runMigrations } from "../mixins/db.mixin";
 import { webhooksMigrations } from "../migrations/webhooks";
 import { encryptSecret, generateWebhookSecret } from "../lib/crypto";
@@ -586,26 +584,15 @@ describe.each(testDatabases())("webhooks with a short rotation grace and loopbac
 describe.each(testDatabases())("webhooks stored before ordering and rate_limit existed, on %s", database => {
 	let db: Knex;
 	let stack: Stack | undefined;
-	let dataDir: string;
-	let schema: string | undefined;
+	let scratch: ScratchDatabase | undefined;
 
 	beforeAll(async () => {
-		dataDir = fs.mkdtempSync(path.join(os.tmpdir(), "swh-ordering-"));
-		if (database === "postgres") {
-			schema = `t_${crypto.randomBytes(6).toString("hex")}`;
-			const admin = knex({ client: "pg", connection: TEST_DATABASE_URL, pool: { min: 0, max: 1 } });
-			await admin.raw(`CREATE SCHEMA "${schema}"`);
-			await admin.destroy();
-			db = knex({ client: "pg", connection: TEST_DATABASE_URL, searchPath: [schema], pool: { min: 0, max: 2 } });
-		} else {
-			db = knex({ client: "better-sqlite3", connection: { filename: path.join(dataDir, "service.sqlite") }, useNullAsDefault: true });
-		}
+		scratch = await scratchDatabase(database, "ordering");
+		db = scratch.db;
 	});
 	afterAll(async () => {
 		await stack?.stop();
-		if (schema) await db.raw(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`);
-		await db.destroy();
-		fs.rmSync(dataDir, { recursive: true, force: true });
+		await scratch?.drop();
 	});
 
 	it("get per_order and no rate limit, the defaults, and keep them through the API and to the dispatcher", async () => {
@@ -614,7 +601,7 @@ describe.each(testDatabases())("webhooks stored before ordering and rate_limit e
 		const at = "2026-01-01T00:00:00.000Z";
 		await db("webhooks").insert({ id, customer_id: "acme", name: "Before ordering", url: "https://before.example.com/in", events: JSON.stringify([ORDER_STATUS]), active: true, secret_envelope: "x", created_at: at, updated_at: at });
 
-		stack = await startStack({ database, dataDir, schema, services: [...SERVICES] });
+		stack = await startStack({ database, dataDir: scratch!.dataDir, schema: scratch!.schema, services: [...SERVICES] });
 		expect(await db("webhooks").where({ id }).first("ordering")).toEqual({ ordering: "per_order" });
 		const token = await stack.token("bob", { customer: "acme" });
 		// Nor had it a rate limit: none, as a new webhook.
