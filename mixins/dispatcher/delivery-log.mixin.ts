@@ -21,7 +21,6 @@ import {
 	type WebhookTestOutcome,
 } from "../../lib/schemas/deliveries";
 import {
-	firstAttemptOf,
 	isTrue,
 	type AttemptRow,
 	type DeliveryRow,
@@ -116,9 +115,8 @@ export const DeliveryLogMixin: DispatcherMixin = {
 			async handler(this: DispatcherThis, ctx: Context<DeliveryParams, TenantMeta>): Promise<DeliveryWithAttempts> {
 				const row = await this.ownedDelivery(ctx);
 				const message: Pick<MessageRow, "body"> = await this.db("delivery_messages").where({ event_id: row.event_id }).first("body");
-				const later: AttemptRow[] = await this.db("delivery_attempts").where({ delivery_id: row.id }).orderBy([{ column: "attempt" }, { column: "id" }]);
-				const first = firstAttemptOf(row);
-				const attempts = first ? [first, ...later] : later;
+				// The view lists the first attempt, kept in the delivery's row (migration 014), and the later ones.
+				const attempts: AttemptRow[] = await this.db("delivery_attempt_log").where({ delivery_id: row.id }).orderBy("attempt");
 				return {
 					...this.present(row, (await this.waitingForOf([row])).get(row.id)),
 					payload: JSON.parse(message.body) as unknown,

@@ -118,14 +118,6 @@ export interface DeliveryRow {
 	last_attempt_at: string | null;
 	last_status_code: number | null;
 	last_error_kind: Delivery["last_error_kind"];
-	/** The first attempt (migration 014); null before it, and where delivery_attempts holds it. */
-	first_attempt_success?: boolean | number | null;
-	first_attempt_status_code?: number | null;
-	first_attempt_error_kind?: Attempt["error_kind"];
-	first_attempt_title?: string | null;
-	first_attempt_detail?: string | null;
-	first_attempt_duration_ms?: number | null;
-	first_attempt_response_excerpt?: string | null;
 	/** The order's queue (lib/order-queues.ts); null when not ordered. */
 	order_key: string | null;
 	/** Pending behind the head of its order's queue: not due until the head ends. */
@@ -152,23 +144,6 @@ export interface AttemptRow {
 	detail: string;
 	duration_ms: number;
 	response_excerpt: string | null;
-}
-
-/** The first attempt kept in the delivery's own row, as a row of delivery_attempts; null if it is not kept there. */
-export function firstAttemptOf(row: DeliveryRow): AttemptRow | null {
-	if (row.first_attempt_success === null || row.first_attempt_success === undefined || row.first_attempt_at === null) return null;
-	return {
-		delivery_id: row.id,
-		attempt: 1,
-		attempted_at: row.first_attempt_at,
-		success: row.first_attempt_success,
-		status_code: row.first_attempt_status_code ?? null,
-		error_kind: row.first_attempt_error_kind ?? null,
-		title: row.first_attempt_title ?? null,
-		detail: row.first_attempt_detail ?? "",
-		duration_ms: Number(row.first_attempt_duration_ms),
-		response_excerpt: row.first_attempt_response_excerpt ?? null,
-	};
 }
 
 /** A delivery this instance holds a lease on, waiting for or in its attempt. */
