@@ -130,8 +130,8 @@ function writeResultsSqlite(connection: SqliteConnection, updates: DeliveryUpdat
 		WHERE id = @id AND lease_id = @lease_id`,
 	);
 	const insertAttempt = connection.prepare(
-		`INSERT INTO delivery_attempts (delivery_id, attempt, attempted_at, success, status_code, error_kind, title, detail, duration_ms, response_excerpt)
-		VALUES (@delivery_id, @attempt, @attempted_at, @success, @status_code, @error_kind, @title, @detail, @duration_ms, @response_excerpt)`,
+		`INSERT INTO delivery_attempts (delivery_id, attempt, ${ATTEMPT_COLUMNS.join(", ")})
+		VALUES (@delivery_id, @attempt, ${ATTEMPT_COLUMNS.map(column => `@${column}`).join(", ")})`,
 	);
 	const matched = new Set<string>();
 	for (const { delivery, status, attemptCount, nextAttemptAt, parked, manualRetry, outcome } of updates) {
