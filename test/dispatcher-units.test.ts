@@ -347,18 +347,35 @@ describe("DrainRates", () => {
 		expect(rates.perSecond("w")).toBe(0);
 	});
 
-	it("keeps the last rate through an idle spell, and lowers it when the receiver slows down or fails", () => {
+	it("keeps the last rate through an idle spell, and lowers it when the receiver slows down or fails for three measured seconds", () => {
 		const rates = new DrainRates();
 		burst(rates, "w", 0, 1_000, 1);
 		expect(rates.perSecond("w")).toBe(1_000);
 		// Idle for an hour: nothing is noted, and the rate stays for the next burst.
 		burst(rates, "w", 3_600_000, 3_601_000, 10);
+		expect(rates.perSecond("w")).toBe(1_000);
+		burst(rates, "w", 3_602_000, 3_603_000, 10);
+		expect(rates.perSecond("w")).toBe(1_000);
+		burst(rates, "w", 3_604_000, 3_605_000, 10);
 		expect(rates.perSecond("w")).toBe(100);
 		// Busy, but every other attempt fails: only successes drain the queue.
-		burst(rates, "w", 3_602_000, 3_603_000, 10, at => at % 20 === 0);
+		for (const from of [3_606_000, 3_608_000, 3_610_000]) burst(rates, "w", from, from + 1_000, 10, at => at % 20 === 0);
 		expect(rates.perSecond("w")).toBe(50);
-		burst(rates, "w", 3_604_000, 3_605_000, 10, () => false);
+		for (const from of [3_612_000, 3_614_000]) burst(rates, "w", from, from + 1_000, 10, () => false);
+		expect(rates.perSecond("w")).toBe(50);
+		burst(rates, "w", 3_616_000, 3_617_000, 10, () => false);
 		expect(rates.perSecond("w")).toBe(0);
+	});
+
+	it("does not lower the rate for one slow second between fast ones", () => {
+		const rates = new DrainRates();
+		attempts(rates, "w", 0, 2_000, 2);
+		expect(rates.perSecond("w")).toBe(500);
+		// A second in which the webhook's queue drained at a tenth of that (its sender starved), then fast again.
+		attempts(rates, "w", 2_050, 3_000, 50);
+		expect(rates.perSecond("w")).toBe(500);
+		attempts(rates, "w", 3_002, 4_000, 2);
+		expect(rates.perSecond("w")).toBe(500);
 	});
 
 	it("forgets a webhook, and past MAX_TRACKED_WEBHOOKS the one measured longest ago", () => {
