@@ -5,14 +5,17 @@
 // hold about 20 s of its own sending, a slow one no more than the fixed share.
 //
 // A rate is kept through idle spells, where there is nothing to measure, so that the next burst
-// starts from the last one. It is measured again, second by second, whenever the webhook is busy,
-// and the rate given is the best of the last RATE_WINDOWS seconds measured: a receiver that slows
-// down or starts failing lowers it within RATE_WINDOWS seconds of being busy. Not within one: a
-// burst's intake can starve the sender for a second, and in the cluster benchmark such a second
-// (36-46 a second, against 180-300 before and after) cut every webhook's share below what it
-// held, so that intake left 40 % of a burst of 50,000 for claims, each a second write and a body
-// read. A share is half the lease's headroom (leaseAheadMs), and a queued delivery whose lease
-// could run out is given back unattempted, so two seconds more at the old rate stay within it.
+// starts from the last one. It is measured again, second by second, whenever the webhook is busy.
+// The rate given is the best of the last RATE_WINDOWS seconds measured since the receiver last
+// failed an attempt: a receiver that fails lowers it within a second of being busy, one that only
+// slows down within RATE_WINDOWS seconds. A slow second with no failure may be this instance's own:
+// a burst's intake can starve the sender for a second, and in the cluster benchmark such a second
+// (36-46 a second, against 180-300 before and after) cut every webhook's share below what it held,
+// so that intake left 40 % of a burst of 50,000 for claims, each a second write and a body read.
+// A share is half the lease's headroom (leaseAheadMs), and a queued delivery whose lease could run
+// out is given back unattempted, so two seconds more at the old rate stay within it. Failures end
+// the grace at once: a webhook whose failing retries share its queue with healthy deliveries did
+// worse with a share kept large (in the ordering benchmark's stuck orders).
 
 const WINDOW_MS = 1_000;
 const RATE_WINDOWS = 3;
@@ -22,6 +25,7 @@ export const MAX_TRACKED_WEBHOOKS = 100_000;
 interface Window {
 	since: number;
 	succeeded: number;
+	failed: boolean;
 }
 
 export class DrainRates {
@@ -43,14 +47,15 @@ export class DrainRates {
 		if (!window) {
 			// A window whose webhook stopped mid-queue (disabled, its deliveries parked) is never
 			// closed by an attempt: the oldest go first past the bound.
-			this.windows.set(webhookId, { since: now, succeeded: 0 });
+			this.windows.set(webhookId, { since: now, succeeded: 0, failed: !succeeded });
 			if (this.windows.size > MAX_TRACKED_WEBHOOKS) this.windows.delete(this.windows.keys().next().value!);
 			return;
 		}
 		if (succeeded) window.succeeded += 1;
+		else window.failed = true;
 		const elapsed = now - window.since;
 		if (elapsed < WINDOW_MS) return;
-		const recent = this.rates.get(webhookId) ?? [];
+		const recent = window.failed ? [] : (this.rates.get(webhookId) ?? []);
 		recent.push((window.succeeded * 1_000) / elapsed);
 		if (recent.length > RATE_WINDOWS) recent.shift();
 		this.rates.delete(webhookId); // re-inserted last: the Map's order is then oldest measured first
@@ -58,9 +63,10 @@ export class DrainRates {
 		if (this.rates.size > MAX_TRACKED_WEBHOOKS) this.rates.delete(this.rates.keys().next().value!);
 		window.since = now;
 		window.succeeded = 0;
+		window.failed = false;
 	}
 
-	/** Deliveries per second the webhook's queue drained at while busy, the best of its last RATE_WINDOWS seconds measured; 0 if never measured. */
+	/** Deliveries per second the webhook's queue drained at while busy: the best of its last RATE_WINDOWS seconds measured, back to its last failure; 0 if never measured. */
 	perSecond(webhookId: string): number {
 		return Math.max(0, ...(this.rates.get(webhookId) ?? []));
 	}
