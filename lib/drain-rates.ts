@@ -14,8 +14,8 @@
 // so that intake left 40 % of a burst of 50,000 for claims, each a second write and a body read.
 // A share is half the lease's headroom (leaseAheadMs), and a queued delivery whose lease could run
 // out is given back unattempted, so two seconds more at the old rate stay within it. Failures end
-// the grace at once: a webhook whose failing retries share its queue with healthy deliveries did
-// worse with a share kept large (in the ordering benchmark's stuck orders).
+// the grace at once: for a webhook whose failing retries share its queue with healthy deliveries,
+// a share kept large would lease more of those retries at once, ahead of the healthy ones.
 
 const WINDOW_MS = 1_000;
 const RATE_WINDOWS = 3;

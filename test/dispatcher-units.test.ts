@@ -365,7 +365,7 @@ describe("DrainRates", () => {
 		expect(rates.perSecond("w")).toBe(0);
 	});
 
-	it("does not lower the rate for one slow second between fast ones", () => {
+	it("does not lower the rate for one slow second between fast ones, unless an attempt failed in it", () => {
 		const rates = new DrainRates();
 		attempts(rates, "w", 0, 2_000, 2);
 		expect(rates.perSecond("w")).toBe(500);
