@@ -7,12 +7,12 @@ import type net from "node:net";
 import os from "node:os";
 import fs from "node:fs";
 import path from "node:path";
-import crypto from "node:crypto";
-import knex, { type Knex } from "knex";
+import type { Knex } from "knex";
 import { SignJWT, type JWTPayload } from "jose";
 import { expectProblem, rejectionCheck, snapshotTables, startStack, type RequestOptions, type Stack, type TestResponse } from "./helpers/stack";
-import { testDatabases, TEST_DATABASE_URL } from "./helpers/services";
+import { testDatabases } from "./helpers/services";
 import { rawExchange } from "./helpers/raw-http";
+import { scratchDatabase, type ScratchDatabase } from "./helpers/scratch-database";
 import { deriveUnsubscribeKey, signUnsubscribeToken } from "../lib/unsubscribe-token";
 import { runMigrations } from "../mixins/db.mixin";
 import { webhooksMigrations } from "../migrations/webhooks";
@@ -433,29 +433,13 @@ describe.each(testDatabases())("rate limits on %s", database => {
 
 describe.each(testDatabases())("stored URLs normalised by migration on %s", database => {
 	let db: Knex;
-	let cleanup: () => Promise<void>;
+	let scratch: ScratchDatabase | undefined;
 
 	beforeAll(async () => {
-		if (database === "postgres") {
-			const schema = `t_${crypto.randomBytes(6).toString("hex")}`;
-			const admin = knex({ client: "pg", connection: TEST_DATABASE_URL, pool: { min: 0, max: 1 } });
-			await admin.raw(`CREATE SCHEMA "${schema}"`);
-			await admin.destroy();
-			db = knex({ client: "pg", connection: TEST_DATABASE_URL, searchPath: [schema], pool: { min: 0, max: 2 } });
-			cleanup = async () => {
-				await db.raw(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`);
-				await db.destroy();
-			};
-		} else {
-			const dir = fs.mkdtempSync(path.join(os.tmpdir(), "swh-migrate-"));
-			db = knex({ client: "better-sqlite3", connection: { filename: path.join(dir, "m.sqlite") }, useNullAsDefault: true });
-			cleanup = async () => {
-				await db.destroy();
-				fs.rmSync(dir, { recursive: true, force: true });
-			};
-		}
+		scratch = await scratchDatabase(database, "migrate");
+		db = scratch.db;
 	});
-	afterAll(() => cleanup?.());
+	afterAll(() => scratch?.drop());
 
 	it("drops the host's trailing dot, except where the customer already has the dot-less twin", async () => {
 		await runMigrations(db, "webhooks", webhooksMigrations.slice(0, 1));
