@@ -340,42 +340,55 @@ describe("DrainRates", () => {
 		const rates = new DrainRates();
 		attempts(rates, "w", 0, 5_000, 10, { queued: false });
 		expect(rates.perSecond("w")).toBe(0);
-		// A window broken by an attempt with nothing queued starts again.
-		attempts(rates, "w", 10_000, 10_900, 10);
-		rates.noteAttempt("w", true, false, 10_950);
-		attempts(rates, "w", 11_000, 11_900, 10);
+		// Busy spells shorter than a quarter of a second, each ended by an attempt with nothing queued, measure nothing either.
+		for (let at = 10_000; at < 12_000; at += 250) {
+			attempts(rates, "w", at, at + 190, 10);
+			rates.noteAttempt("w", true, false, at + 200);
+		}
 		expect(rates.perSecond("w")).toBe(0);
 	});
 
-	it("keeps the last rate through an idle spell, lowers it when the receiver slows down for three measured seconds, and at once when it fails", () => {
+	it("measures a busy spell shorter than a second once it lasted a quarter of a second, when the queue runs empty", () => {
+		const rates = new DrainRates();
+		// A burst drained in 400 ms: 200 successes, the last with nothing behind it.
+		attempts(rates, "w", 0, 398, 2);
+		rates.noteAttempt("w", true, false, 400);
+		expect(rates.perSecond("w")).toBe(500);
+		// A failure in such a spell counts as in a whole second: the rate follows it at once.
+		attempts(rates, "w", 10_000, 10_390, 10, { succeeded: at => at !== 10_200 });
+		rates.noteAttempt("w", true, false, 10_400);
+		expect(rates.perSecond("w")).toBe(97.5);
+	});
+
+	it("keeps the last rate through an idle spell, lowers it when the receiver slows down for ten measured seconds, and at once when it fails", () => {
 		const rates = new DrainRates();
 		burst(rates, "w", 0, 1_000, 1);
 		expect(rates.perSecond("w")).toBe(1_000);
 		// Idle for an hour: nothing is noted, and the rate stays for the next burst.
-		burst(rates, "w", 3_600_000, 3_601_000, 10);
-		expect(rates.perSecond("w")).toBe(1_000);
-		burst(rates, "w", 3_602_000, 3_603_000, 10);
-		expect(rates.perSecond("w")).toBe(1_000);
-		burst(rates, "w", 3_604_000, 3_605_000, 10);
+		for (let second = 0; second < 9; second++) {
+			burst(rates, "w", 3_600_000 + second * 2_000, 3_601_000 + second * 2_000, 10);
+			expect(rates.perSecond("w")).toBe(1_000);
+		}
+		burst(rates, "w", 3_618_000, 3_619_000, 10);
 		expect(rates.perSecond("w")).toBe(100);
 		// Busy, but every other attempt fails: only successes drain the queue, and the failures end the grace.
-		burst(rates, "w", 3_606_000, 3_607_000, 10, at => at % 20 === 0);
+		burst(rates, "w", 3_620_000, 3_621_000, 10, at => at % 20 === 0);
 		expect(rates.perSecond("w")).toBe(50);
-		burst(rates, "w", 3_608_000, 3_609_000, 10, () => false);
+		burst(rates, "w", 3_622_000, 3_623_000, 10, () => false);
 		expect(rates.perSecond("w")).toBe(0);
 	});
 
-	it("does not lower the rate for one slow second between fast ones, unless an attempt failed in it", () => {
+	it("does not lower the rate for slow seconds between fast ones, unless an attempt failed in them", () => {
 		const rates = new DrainRates();
 		attempts(rates, "w", 0, 2_000, 2);
 		expect(rates.perSecond("w")).toBe(500);
-		// A second in which the webhook's queue drained at a tenth of that (its sender starved), then fast again.
-		attempts(rates, "w", 2_050, 3_000, 50);
+		// Nine seconds in which the webhook's queue drained at a tenth of that (a burst's intake took the cores), then fast again.
+		attempts(rates, "w", 2_050, 11_000, 50);
 		expect(rates.perSecond("w")).toBe(500);
-		attempts(rates, "w", 3_002, 4_000, 2);
+		attempts(rates, "w", 11_002, 12_000, 2);
 		expect(rates.perSecond("w")).toBe(500);
 		// A slow second with one failure in it counts at once.
-		attempts(rates, "w", 4_050, 5_000, 50, { succeeded: at => at !== 4_500 });
+		attempts(rates, "w", 12_050, 13_000, 50, { succeeded: at => at !== 12_500 });
 		expect(rates.perSecond("w")).toBe(19);
 	});
 
