@@ -14,12 +14,13 @@
 // a burst's intake takes the cores for as long as it lasts. In the cluster benchmark, a burst of
 // 100,000 took each dispatcher about 12 s to take in, and its webhooks drained at 60-155 a second
 // through it, against 230-260 before and after. With the best of three seconds, shares fell to
-// about 2,550, below what the webhooks held, and a quarter of the burst was left for claims, each
-// a second write and a body read. A share is half the lease's headroom (leaseAheadMs), and a queued
+// about 2,550, below what the webhooks held, and a third of the burst was left for claims, each a
+// second write and a body read. A share is half the lease's headroom (leaseAheadMs), and a queued
 // delivery whose lease could run out is given back unattempted, so a rate that is too high costs
-// the write a claim would have cost, and holds rows another instance could have sent. Failures end the grace at once: for a webhook whose
-// failing retries share its queue with healthy deliveries, a share kept large would lease more of
-// those retries at once, ahead of the healthy ones.
+// the write a claim would have cost, and holds rows another instance could have sent. Failures
+// end the grace at once: for a webhook whose failing retries share its queue with healthy
+// deliveries, a share kept large would lease more of those retries at once, ahead of the healthy
+// ones.
 
 const WINDOW_MS = 1_000;
 // The shortest end of a busy spell measured: over a shorter one the attempts that happen to end

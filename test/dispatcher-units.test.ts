@@ -364,9 +364,11 @@ describe("DrainRates", () => {
 		const rates = new DrainRates();
 		burst(rates, "w", 0, 1_000, 1);
 		expect(rates.perSecond("w")).toBe(1_000);
-		// Idle for an hour: nothing is noted, and the rate stays for the next burst.
-		for (let second = 0; second < 9; second++) {
-			burst(rates, "w", 3_600_000 + second * 2_000, 3_601_000 + second * 2_000, 10);
+		// Idle for an hour: nothing is noted, and the rate stays for the next bursts. Nine bursts of
+		// one slow second each leave it too; the tenth lowers it.
+		for (let slowBurst = 0; slowBurst < 9; slowBurst++) {
+			const from = 3_600_000 + slowBurst * 2_000;
+			burst(rates, "w", from, from + 1_000, 10);
 			expect(rates.perSecond("w")).toBe(1_000);
 		}
 		burst(rates, "w", 3_618_000, 3_619_000, 10);
