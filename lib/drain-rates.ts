@@ -48,37 +48,33 @@ export class DrainRates {
 	 */
 	noteAttempt(webhookId: string, succeeded: boolean, queued: boolean, now: number): void {
 		const window = this.windows.get(webhookId);
-		if (!queued) {
-			// The queue ran empty: the spell ends, measured if it lasted long enough.
-			if (window) {
-				this.windows.delete(webhookId);
-				if (now - window.since >= MIN_WINDOW_MS) this.measure(webhookId, window, succeeded, now);
-			}
-			return;
-		}
 		if (!window) {
+			if (!queued) return;
 			// A window whose webhook stopped mid-queue (disabled, its deliveries parked) is never
 			// closed by an attempt: the oldest go first past the bound.
 			this.windows.set(webhookId, { since: now, succeeded: 0, failed: !succeeded });
 			if (this.windows.size > MAX_TRACKED_WEBHOOKS) this.windows.delete(this.windows.keys().next().value!);
 			return;
 		}
-		if (now - window.since < WINDOW_MS) {
-			if (succeeded) window.succeeded += 1;
-			else window.failed = true;
-			return;
+		if (succeeded) window.succeeded += 1;
+		else window.failed = true;
+		const elapsed = now - window.since;
+		if (!queued) {
+			// The queue ran empty: the spell ends, measured if it lasted long enough.
+			this.windows.delete(webhookId);
+			if (elapsed >= MIN_WINDOW_MS) this.measure(webhookId, window, elapsed);
+		} else if (elapsed >= WINDOW_MS) {
+			this.measure(webhookId, window, elapsed);
+			window.since = now;
+			window.succeeded = 0;
+			window.failed = false;
 		}
-		this.measure(webhookId, window, succeeded, now);
-		window.since = now;
-		window.succeeded = 0;
-		window.failed = false;
 	}
 
-	/** Records the window's rate, counting the attempt that ends it, as the webhook's latest. */
-	private measure(webhookId: string, window: Window, succeeded: boolean, now: number): void {
-		const failed = window.failed || !succeeded;
-		const recent = failed ? [] : (this.rates.get(webhookId) ?? []);
-		recent.push(((window.succeeded + (succeeded ? 1 : 0)) * 1_000) / (now - window.since));
+	/** Records the window's rate as the webhook's latest; a failure in it clears the earlier ones. */
+	private measure(webhookId: string, window: Window, elapsed: number): void {
+		const recent = window.failed ? [] : (this.rates.get(webhookId) ?? []);
+		recent.push((window.succeeded * 1_000) / elapsed);
 		if (recent.length > RATE_WINDOWS) recent.shift();
 		this.rates.delete(webhookId); // re-inserted last: the Map's order is then oldest measured first
 		this.rates.set(webhookId, recent);
