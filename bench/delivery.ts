@@ -16,7 +16,8 @@
 //    throughput, on a freshly started node: the first START_SECONDS, then STEADY_SECONDS of
 //    steady state (bench/lib/latency.ts). The same load through the bare relay gives the
 //    comparison. LATENCY_ROUNDS rounds, relay and dispatcher alternating, each on a fresh start;
-//    the samples are pooled.
+//    the samples are pooled. Each start then runs a second round once the first has drained
+//    (`warm`): the steady state of a running service, without a fresh one's start-up queue.
 // Scenarios, the longer ones in bench/lib:
 // - sqlite (one node, embedded database), postgresql (one node) and cluster (a gateway node, a
 //   notifier and two dispatcher processes on PostgreSQL): the three steps above;
@@ -92,9 +93,24 @@ async function floor(targets: SignedTarget[], ca: string, receivers: Receivers):
 	return { rate: FLOOR_REQUESTS / seconds, client_cores: round((used.user + used.system) / 1e6 / seconds), receiver_cores: receiver.cpu_cores };
 }
 
+/** A round on a freshly started process, then one on the same process once warm. */
+interface FreshAndWarm {
+	fresh: LatencyRound;
+	warm: LatencyRound;
+}
+
+/**
+ * Two rounds on one start: the second begins once every delivery of the first has arrived, so
+ * it meets warm code, open connections and an empty queue, as a deployment does most of its life.
+ */
+async function freshAndWarm(round: () => Promise<LatencyRound>): Promise<FreshAndWarm> {
+	const fresh = await round();
+	return { fresh, warm: await round() };
+}
+
 /** The bare relay, started now, under the same open-loop load. */
-function relayLatency(targets: Array<{ url: string }>, ca: string, receivers: Receivers, eventsPerSecond: number): Promise<LatencyRound> {
-	return withRelay(targets, ca, (send, relay) => latencyRound(send, orderEvent, [relay], receivers, eventsPerSecond, targets.length));
+function relayLatency(targets: Array<{ url: string }>, ca: string, receivers: Receivers, eventsPerSecond: number): Promise<FreshAndWarm> {
+	return withRelay(targets, ca, (send, relay) => freshAndWarm(() => latencyRound(send, orderEvent, [relay], receivers, eventsPerSecond, targets.length)));
 }
 
 /**
@@ -132,19 +148,22 @@ async function engineScenario(options: EngineOptions, healthyUrls: string[], caF
 		await deployment.stop();
 	}
 	const eventsPerSecond = (OFFERED ?? rate / 2) / HEALTHY;
-	const relayRounds: LatencyRound[] = [];
-	const dispatcherRounds: LatencyRound[] = [];
+	const relayRounds: FreshAndWarm[] = [];
+	const dispatcherRounds: FreshAndWarm[] = [];
 	for (let turn = 0; turn < LATENCY_ROUNDS; turn++) {
 		relayRounds.push(await relayLatency(healthyUrls.map(url => ({ url })), ca, receivers, eventsPerSecond));
-		deployment = await deploy({ ...options, healthyUrls, caFile });
+		const started = await deploy({ ...options, healthyUrls, caFile });
+		deployment = started;
 		try {
-			dispatcherRounds.push(await latencyRound(deployment.send, orderEvent, deployment.dispatchers, receivers, eventsPerSecond, HEALTHY));
+			dispatcherRounds.push(await freshAndWarm(() => latencyRound(started.send, orderEvent, started.dispatchers, receivers, eventsPerSecond, HEALTHY)));
 		} finally {
 			await deployment.stop();
 		}
 	}
-	const relay = pooled(relayRounds);
-	const dispatcher = pooled(dispatcherRounds);
+	const relay = pooled(relayRounds.map(r => r.fresh));
+	const dispatcher = pooled(dispatcherRounds.map(r => r.fresh));
+	const relayWarm = pooled(relayRounds.map(r => r.warm));
+	const dispatcherWarm = pooled(dispatcherRounds.map(r => r.warm));
 	return {
 		dispatchers: deployment.dispatchers.length,
 		deliveries_per_s: round(rate),
@@ -161,6 +180,13 @@ async function engineScenario(options: EngineOptions, healthyUrls: string[], caF
 			dispatcher,
 			p99_vs_relay_steady: ratioOf(dispatcher.steady.p99_ms, relay.steady.p99_ms),
 			p99_vs_relay_start: ratioOf(dispatcher.start.p99_ms, relay.start.p99_ms),
+			// The same load again on each started deployment and relay once the first round has
+			// drained: the steady state of a running service, apart from a fresh one's start-up queue.
+			warm: {
+				relay: relayWarm,
+				dispatcher: dispatcherWarm,
+				p99_vs_relay_steady: ratioOf(dispatcherWarm.steady.p99_ms, relayWarm.steady.p99_ms),
+			},
 			// CPU time per delivery in steady state (all threads of the dispatcher processes; in the
 			// cluster not the gateway, PostgreSQL or NATS): steadier from run to run than the p99.
 			cpu_us_per_delivery_steady: cpuPerDelivery(dispatcher.steady.event_loop, relay.steady.event_loop, eventsPerSecond * HEALTHY),
