@@ -130,7 +130,10 @@ describe.each(testDatabases())("metrics on %s", database => {
 		expect(metricValue(deferred, "email_outbox_emails", { status: "pending" })).toBe(1);
 
 		deferEmails = false;
-		const sent = await watch("the email sent", page => metricValue(page, "email_outbox_emails", { status: "sent" }) === 1);
+		// The worker counts a finished email once its row's UPDATE has committed, so a scrape can fall
+		// between the two: the gauge (a count of rows) may show it a moment before the counter.
+		const finishedAs = (status: string) => (page: string) => metricValue(page, "email_outbox_emails", { status }) === 1 && metricValue(page, "emails_finished_total", { status }) !== undefined;
+		const sent = await watch("the email sent", finishedAs("sent"));
 		expect(metricValue(sent, "email_outbox_emails", { status: "pending" })).toBe(0);
 		expect(metricValue(sent, "email_outbox_oldest_pending_age_seconds")).toBe(0);
 		expect(metricValue(sent, "emails_finished_total", { status: "sent" })).toBe(1);
@@ -145,7 +148,7 @@ describe.each(testDatabases())("metrics on %s", database => {
 		await watch("the email deferred", page => retries(page) > retriesBefore);
 		const off = { notifications: [{ category: "tasking", settings: [{ topic: "tasking:order_status", email: false }] }] };
 		expect((await env.stack.request("PUT", "/id/v3/user/settings", { token: fickle.token, body: off })).status).toBe(200);
-		const skipped = await watch("a skipped email", page => metricValue(page, "email_outbox_emails", { status: "skipped" }) === 1);
+		const skipped = await watch("a skipped email", finishedAs("skipped"));
 		expect(metricValue(skipped, "emails_finished_total", { status: "skipped" })).toBe(1);
 
 		// A user who never turned email on: nothing is queued, and the event is counted as such.
