@@ -152,10 +152,10 @@ async function engineScenario(options: EngineOptions, healthyUrls: string[], caF
 	const dispatcherRounds: FreshAndWarm[] = [];
 	for (let turn = 0; turn < LATENCY_ROUNDS; turn++) {
 		relayRounds.push(await relayLatency(healthyUrls.map(url => ({ url })), ca, receivers, eventsPerSecond));
-		const started = await deploy({ ...options, healthyUrls, caFile });
-		deployment = started;
+		deployment = await deploy({ ...options, healthyUrls, caFile });
+		const { send, dispatchers } = deployment;
 		try {
-			dispatcherRounds.push(await freshAndWarm(() => latencyRound(started.send, orderEvent, started.dispatchers, receivers, eventsPerSecond, HEALTHY)));
+			dispatcherRounds.push(await freshAndWarm(() => latencyRound(send, orderEvent, dispatchers, receivers, eventsPerSecond, HEALTHY)));
 		} finally {
 			await deployment.stop();
 		}
