@@ -223,7 +223,9 @@ describe.each(testDatabases())("notifier on %s", database => {
 			const entry = await settled(event.event_id!);
 			expect(entry).toMatchObject({ status: "failed", attempts: 1, last_error: expect.stringContaining("550") });
 			expect(smtp.received.filter(byMessageId(entry.message_id))).toEqual([]);
-			expect(await metric("emails_finished_total", "status", "failed")).toBe(failedBefore + 1);
+			// Counted after the row's UPDATE commits, so the row can be seen failed a moment before the count.
+			const failedNow = await waitUntil(() => metric("emails_finished_total", "status", "failed"), count => count > failedBefore, "the failed email to be counted");
+			expect(failedNow).toBe(failedBefore + 1);
 			// The operators' view lists it; no unsubscribe token leaks through it.
 			const failed = await stack.app.broker.call<OutboxEntry[], object>("notifier.outbox", { status: "failed" });
 			expect(failed.map(row => row.event_id)).toContain(event.event_id);
