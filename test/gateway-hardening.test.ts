@@ -74,6 +74,13 @@ describe.each(testDatabases())("gateway hardening on %s", database => {
 		);
 		delivery = settled;
 		expect(settled).toMatchObject({ status: "pending", attempt_count: 1 });
+		// The other webhook's delivery fails too (its host does not resolve), on its own time: it
+		// must have settled before the tests compare the tables around each refused request.
+		const existing = await eventually(
+			() => stack.db("deliveries").where({ webhook_id: hook.id }).first(),
+			row => Boolean(row && row.attempt_count >= 1 && row.next_attempt_at),
+		);
+		expect(existing).toMatchObject({ status: "pending", attempt_count: 1 });
 		const turnedOn = await stack.request("PUT", "/id/v3/user/settings", { token: alice, body: { notifications: [{ category: "tasking", settings: [{ topic: ORDER_STATUS, email: true }] }] } });
 		expect(turnedOn.status).toBe(200);
 		unsubscribeToken = await signUnsubscribeToken({ userId: "alice", topic: ORDER_STATUS }, deriveUnsubscribeKey(stack.config.SECRETS_KEY!), 60_000);
