@@ -62,6 +62,19 @@ function answeredIds(cluster: Cluster, webhook: ClusterWebhook): number {
 	return new Set(cluster.received(webhook).filter(request => request.answeredStatus === 200).map(request => request.headers["webhook-id"])).size;
 }
 
+/**
+ * Waits until every one of a webhook's `expected` deliveries has its result written. An attempt is
+ * counted in /metrics once its answer reaches the instance, after the receiver counted it and
+ * before its result is written: once every row is written, none of them can still add to a count.
+ */
+async function resultsWritten(cluster: Cluster, webhook: ClusterWebhook, expected: number, what: string): Promise<void> {
+	await eventually(
+		() => cluster.db("deliveries").where({ webhook_id: webhook.id, status: "succeeded" }).count({ count: "*" }),
+		([{ count }]) => Number(count) === expected,
+		what,
+	);
+}
+
 /** An instance's delivery attempts from its /metrics, by result. */
 async function attemptsOf(role: RoleProcess): Promise<{ succeeded: number; failed: number }> {
 	const text = await fetch(`${role.opsUrl}/metrics`, { signal: AbortSignal.timeout(10_000) }).then(response => response.text());
@@ -112,14 +125,8 @@ describeCluster("cluster rate limit", () => {
 			const events = orderEvents(WARM_UP_EVENTS, { customer: WARM_UP_CUSTOMER, users: ["warmer"], prefix: "warm-up" });
 			await publishAlternating(publisher, events, 4 * LIMIT);
 			await eventually(() => answeredIds(c, warmUp), count => count >= WARM_UP_EVENTS, "the warm-up deliveries");
-			// An attempt is counted in /metrics once its answer reaches the instance, after the receiver
-			// counted it and before its result is written: once every row is written, no warm-up
-			// attempt can land in the test's exact count.
-			await eventually(
-				() => c.db("deliveries").where({ webhook_id: warmUp.id, status: "succeeded" }).count({ count: "*" }),
-				([{ count }]) => Number(count) === WARM_UP_EVENTS,
-				"the warm-up results to be written",
-			);
+			// No warm-up attempt may land in the test's exact count.
+			await resultsWritten(c, warmUp, WARM_UP_EVENTS, "the warm-up results to be written");
 		});
 	}, 180_000);
 	afterAll(async () => {
@@ -147,13 +154,8 @@ describeCluster("cluster rate limit", () => {
 			const publishedAt = Date.now();
 			await eventually(() => answeredIds(c, unlimited), count => count >= EVENTS, "the unlimited webhook's deliveries");
 			const unlimitedDoneAt = Date.now();
-			// Every unlimited attempt is counted in /metrics before its result is written: once every
-			// row is written, what the instances count from here on is the limited webhook's alone.
-			await eventually(
-				() => c.db("deliveries").where({ webhook_id: unlimited.id, status: "succeeded" }).count({ count: "*" }),
-				([{ count }]) => Number(count) === EVENTS,
-				"the unlimited webhook's results to be written",
-			);
+			// From here on, what the instances count is the limited webhook's alone.
+			await resultsWritten(c, unlimited, EVENTS, "the unlimited webhook's results to be written");
 			const atSplit = await Promise.all(dispatchers.map(attemptsOf));
 			const limitedBeforeSplit = c.received(limited).length;
 			await eventually(() => answeredIds(c, limited), count => count >= EVENTS, "the limited webhook's deliveries", 120_000);
