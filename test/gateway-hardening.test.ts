@@ -68,18 +68,17 @@ describe.each(testDatabases())("gateway hardening on %s", database => {
 		const failing = await stack.request("POST", "/id/v3/webhooks", { token: alice, body: { name: "Failing", url: "https://127.0.0.1:1/in", events: [ORDER_STATUS] } });
 		expect(failing.status).toBe(201);
 		await stack.app.broker.call("dispatcher.publish", { user_id: "alice", order_id: "o-1", status: "fulfilled" });
-		const settled = await eventually(
-			() => stack.db("deliveries").where({ webhook_id: failing.body.id }).first(),
-			row => Boolean(row && row.attempt_count >= 1 && row.next_attempt_at),
-		);
+		// Both deliveries fail (the other webhook's host does not resolve), each on its own time: both
+		// must have settled, waiting for a retry, before the tests compare the tables around each
+		// refused request.
+		const failedOnce = (webhookId: string) =>
+			eventually(
+				() => stack.db("deliveries").where({ webhook_id: webhookId }).first(),
+				row => Boolean(row && row.attempt_count >= 1 && row.next_attempt_at),
+			);
+		const [settled, existing] = await Promise.all([failedOnce(failing.body.id), failedOnce(hook.id)]);
 		delivery = settled;
 		expect(settled).toMatchObject({ status: "pending", attempt_count: 1 });
-		// The other webhook's delivery fails too (its host does not resolve), on its own time: it
-		// must have settled before the tests compare the tables around each refused request.
-		const existing = await eventually(
-			() => stack.db("deliveries").where({ webhook_id: hook.id }).first(),
-			row => Boolean(row && row.attempt_count >= 1 && row.next_attempt_at),
-		);
 		expect(existing).toMatchObject({ status: "pending", attempt_count: 1 });
 		const turnedOn = await stack.request("PUT", "/id/v3/user/settings", { token: alice, body: { notifications: [{ category: "tasking", settings: [{ topic: ORDER_STATUS, email: true }] }] } });
 		expect(turnedOn.status).toBe(200);
