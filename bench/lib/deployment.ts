@@ -30,6 +30,8 @@ export const OFFERED = process.env.BENCH_OFFERED ? Number(process.env.BENCH_OFFE
 export const NATS_URL = process.env.BENCH_NATS_URL ?? "nats://127.0.0.1:4222";
 const DATABASE_URL = process.env.BENCH_DATABASE_URL ?? "postgres://postgres@127.0.0.1:5432/test";
 const PROFILE_DIR = process.env.BENCH_PROFILE_DIR;
+// The cluster's dispatcher processes (2 by default, the goals' cluster); 1 shows what the second costs.
+const CLUSTER_DISPATCHERS = Number(process.env.BENCH_CLUSTER_DISPATCHERS ?? 2);
 // Settings for every service node (JSON), for an A/B of one setting: BENCH_SERVICE_ENV='{"DELIVERY_POLL_INTERVAL":"250ms"}'.
 const SERVICE_ENV: Record<string, string> = JSON.parse(process.env.BENCH_SERVICE_ENV ?? "{}");
 const CUSTOMER = "bench";
@@ -83,7 +85,7 @@ export async function deploy(options: DeployOptions): Promise<Deployment> {
 			// though the bench's users want no email.
 			nodes.push({ role: "gateway", server: await start("gateway", "topics,webhooks,users") }, { role: "notifier", server: await start("notifier", "notifier") });
 			// One after the other: two processes migrating a fresh schema at once can collide.
-			for (const name of ["dispatcher-1", "dispatcher-2"]) dispatchers.push(await start(name, "dispatcher"));
+			for (let i = 1; i <= CLUSTER_DISPATCHERS; i++) dispatchers.push(await start(`dispatcher-${i}`, "dispatcher"));
 		} else {
 			dispatchers.push(await start("all", "topics,webhooks,users,dispatcher"));
 		}
