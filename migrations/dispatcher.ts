@@ -4,7 +4,7 @@
 import { isPostgres, type Migration } from "../mixins/db.mixin";
 import { setColumnCollation } from "../lib/byte-order-columns";
 import { moveImplicitCustomers, restoreImplicitCustomers } from "../lib/customers";
-import { ORDER_HEAD_PREDICATE } from "../lib/order-queues";
+import { ORDER_HEAD_PREDICATE, orderHeadPredicate } from "../lib/order-queues";
 
 // Every column that is joined or ordered on, together: a comparison between a "C" column and a
 // default-collation one is an error in PostgreSQL.
@@ -347,6 +347,46 @@ export const dispatcherMigrations: Migration[] = [
 				SELECT id, 1, first_attempt_at, ${columns.map(column => `first_attempt_${column}`).join(", ")}
 				FROM deliveries WHERE first_attempt_success IS NOT NULL`);
 			for (const column of columns) await db.raw(`ALTER TABLE deliveries DROP COLUMN first_attempt_${column}`);
+		},
+	},
+	{
+		// The promotion of order queues' next deliveries on PostgreSQL, as one call: a
+		// transaction-scoped lock per queue, taken in one order, then the promotion under them. Each
+		// statement of a PL/pgSQL function takes a fresh snapshot, so the promotion reads after the
+		// locks are held, as the lock and promotion statements did inside a transaction of their own
+		// (order-queues.mixin.ts says what the locks close). A batch of ordered results took five
+		// round trips (BEGIN, the write, the locks, the promotion, COMMIT), and each cost the
+		// dispatcher's main thread and PostgreSQL a wake-up; it now takes two.
+		name: "015_order_queue_promotion_function",
+		async up(db) {
+			if (!isPostgres(db)) return;
+			await db.raw(`CREATE FUNCTION dispatcher_promote_order_queues(webhook_ids text[], order_keys text[], promoted_at text) RETURNS integer
+				LANGUAGE plpgsql AS $body$
+				DECLARE
+					promoted integer;
+				BEGIN
+					PERFORM pg_advisory_xact_lock(k.key)
+					FROM (SELECT DISTINCT hashtextextended(q.webhook_id || ':' || q.order_key, 0) AS key FROM unnest(webhook_ids, order_keys) AS q(webhook_id, order_key)) k
+					ORDER BY k.key;
+					WITH q AS (
+						SELECT DISTINCT * FROM unnest(webhook_ids, order_keys) AS q(webhook_id, order_key)
+					), next AS (
+						SELECT DISTINCT ON (d.webhook_id, d.order_key) d.id, d.webhook_id, d.order_key
+						FROM q JOIN deliveries d ON d.webhook_id = q.webhook_id AND d.order_key = q.order_key AND d.status = 'pending' AND d.waiting
+						JOIN delivery_messages m ON m.event_id = d.event_id
+						ORDER BY d.webhook_id, d.order_key, m.occurred_at, d.id
+					)
+					UPDATE deliveries SET waiting = false, next_attempt_at = promoted_at, updated_at = promoted_at
+					FROM next WHERE deliveries.id = next.id
+					AND NOT EXISTS (SELECT 1 FROM deliveries h WHERE h.webhook_id = next.webhook_id AND h.order_key = next.order_key AND ${orderHeadPredicate("h")});
+					GET DIAGNOSTICS promoted = ROW_COUNT;
+					RETURN promoted;
+				END
+				$body$`);
+		},
+		async down(db) {
+			if (!isPostgres(db)) return;
+			await db.raw("DROP FUNCTION dispatcher_promote_order_queues(text[], text[], text)");
 		},
 	},
 ];

@@ -4,7 +4,8 @@
 // never read them. Intake writes a delivery as the head, or as waiting when its queue has one
 // (intake.mixin.ts). Here:
 //   - promotion: when a head ends (succeeded, failed, cancelled), the next status of its order,
-//     by occurred_at then intake order, becomes due at once, in the transaction of the result;
+//     by occurred_at then intake order, becomes due at once: in the transaction of the result on
+//     SQLite, in one statement right after its commit on PostgreSQL;
 //   - the safety net: queues left with waiting rows and no head (see sweepHeadlessQueues);
 //   - a webhook switched to ordering "none": its waiting deliveries go at once;
 //   - waiting_for: what a waiting delivery waits for, for the delivery log.
@@ -14,7 +15,7 @@ import type { Knex } from "knex";
 import type { Context } from "moleculer";
 import { isPostgres, nowIso } from "../db.mixin";
 import { inSqliteTransaction, type SqliteConnection } from "../../lib/sqlite-statements";
-import { runPrepared, unnestColumns, type PreparedStatement } from "../../lib/pg-statements";
+import { runPrepared, type PreparedStatement } from "../../lib/pg-statements";
 import { ORDER_HEAD_PREDICATE, distinctQueues, orderHeadPredicate, queueKey, type OrderQueue } from "../../lib/order-queues";
 import { WEBHOOK_EVENTS, type WebhookChangedEvent } from "../../lib/schemas/webhooks";
 import type { DeliveryRow, DeliveryUpdate, DispatcherMixin, DispatcherThis } from "./shared";
@@ -57,38 +58,21 @@ export function promoteNextSqlite(connection: SqliteConnection, queues: OrderQue
 }
 
 // PostgreSQL: a transaction-scoped lock per queue, taken in one order (no deadlock between two
-// writers), before the promotion reads. Intake's check after writing waiting rows takes the same
-// locks (promoteHeadless): without them, a waiting row committed by another instance between this
-// statement's snapshot and this commit would be left with no head to end and promote it.
-const LOCK_QUEUES_POSTGRES: PreparedStatement = {
-	name: "dispatcher_lock_order_queues",
-	text: `SELECT pg_advisory_xact_lock(k.key)
-		FROM (SELECT DISTINCT hashtextextended(q.webhook_id || ':' || q.order_key, 0) AS key FROM ${unnestColumns([["webhook_id", "text"], ["order_key", "text"]], 1, "q")}) k
-		ORDER BY k.key`,
-};
-
+// writers), before the promotion reads: migration 015's function takes the locks, then promotes
+// under them, in one round trip. Every promotion goes through it: after a result batch ends heads,
+// after intake wrote waiting rows (promoteHeadless), and in the sweep. Without the locks, a waiting
+// row committed by another instance after the promotion's snapshot, whose intake then checked for a
+// head before the head's end was committed, would be left with no head to end and promote it.
 const PROMOTE_POSTGRES: PreparedStatement = {
 	name: "dispatcher_promote_order_queues",
-	text: `WITH q AS (
-		SELECT DISTINCT * FROM ${unnestColumns([["webhook_id", "text"], ["order_key", "text"]], 1, "q")}
-	), next AS (
-		SELECT DISTINCT ON (d.webhook_id, d.order_key) d.id, d.webhook_id, d.order_key
-		FROM q JOIN deliveries d ON d.webhook_id = q.webhook_id AND d.order_key = q.order_key AND d.status = 'pending' AND d.waiting
-		JOIN delivery_messages m ON m.event_id = d.event_id
-		ORDER BY d.webhook_id, d.order_key, m.occurred_at, d.id
-	)
-	UPDATE deliveries SET waiting = false, next_attempt_at = $3::text, updated_at = $3::text
-	FROM next WHERE deliveries.id = next.id
-	AND NOT EXISTS (SELECT 1 FROM deliveries h WHERE h.webhook_id = next.webhook_id AND h.order_key = next.order_key AND ${orderHeadPredicate("h")})
-	RETURNING deliveries.id`,
+	text: "SELECT dispatcher_promote_order_queues($1::text[], $2::text[], $3::text) AS promoted",
 };
 
-/** PostgreSQL, inside the caller's transaction: locks the queues, then promotes. Returns how many were promoted. */
-export async function promoteNextPostgres(trx: Knex, queues: OrderQueue[], now: string): Promise<number> {
+/** PostgreSQL: locks the queues, then promotes, in one statement of its own. Returns how many were promoted. */
+export async function promoteNextPostgres(db: Knex, queues: OrderQueue[], now: string): Promise<number> {
 	if (queues.length === 0) return 0;
-	const columns = [queues.map(queue => queue.webhookId), queues.map(queue => queue.orderKey)];
-	await runPrepared(trx, LOCK_QUEUES_POSTGRES, columns);
-	return (await runPrepared(trx, PROMOTE_POSTGRES, [...columns, now])).length;
+	const [row] = await runPrepared<{ promoted: number }>(db, PROMOTE_POSTGRES, [queues.map(queue => queue.webhookId), queues.map(queue => queue.orderKey), now]);
+	return row.promoted;
 }
 
 export const OrderQueuesMixin: DispatcherMixin = {
@@ -131,24 +115,27 @@ export const OrderQueuesMixin: DispatcherMixin = {
 		},
 
 		/**
-		 * After intake wrote waiting rows: their queues' heads may have ended meanwhile, in another
-		 * instance whose promotion could not see them yet (PostgreSQL only; see LOCK_QUEUES_POSTGRES).
+		 * PostgreSQL, queues that may have been left without a head: after a result batch ended
+		 * their heads, or after intake wrote waiting rows to them (their heads may have ended
+		 * meanwhile, in another instance whose promotion could not see those rows yet). Each call
+		 * is atomic; one that fails, or an instance that dies before it, leaves the queue to the sweep.
 		 */
-		async promoteHeadless(this: DispatcherThis, queues: OrderQueue[]): Promise<void> {
-			if (queues.length === 0 || !isPostgres(this.db)) return;
+		async promoteHeadless(this: DispatcherThis, queues: OrderQueue[]): Promise<number> {
+			if (queues.length === 0 || !isPostgres(this.db)) return 0;
 			try {
-				const promoted = await this.db.transaction(trx => promoteNextPostgres(trx, queues, nowIso()));
+				const promoted = await promoteNextPostgres(this.db, queues, nowIso());
 				if (promoted > 0) this.requestClaim();
+				return promoted;
 			} catch (err) {
-				// The sweep finds such a queue later.
-				this.logger.warn(`Checking ${queues.length} order queues after intake failed: ${(err as Error).message}`);
+				this.logger.warn(`Promoting the next deliveries of ${queues.length} order queues failed, the sweep will: ${(err as Error).message}`);
+				return 0;
 			}
 		},
 
 		/**
-		 * The safety net, at a slow cadence: queues with waiting rows and no head. A result, its
-		 * promotion and intake's check after it are each atomic, but an instance killed between
-		 * intake's commit and its check can leave one.
+		 * The safety net, at a slow cadence: queues with waiting rows and no head. On PostgreSQL a
+		 * result batch and intake each commit before the promotion after them (promoteHeadless), so
+		 * an instance killed in between, or a promotion that failed, can leave one.
 		 */
 		async sweepHeadlessQueues(this: DispatcherThis): Promise<void> {
 			try {
@@ -166,7 +153,7 @@ export const OrderQueuesMixin: DispatcherMixin = {
 				const queues = rows.map(row => ({ webhookId: row.webhook_id, orderKey: row.order_key }));
 				const now = nowIso();
 				const promoted = isPostgres(this.db)
-					? await this.db.transaction(trx => promoteNextPostgres(trx, queues, now))
+					? await promoteNextPostgres(this.db, queues, now)
 					: await inSqliteTransaction(this.db, connection => promoteNextSqlite(connection, queues, now));
 				if (promoted > 0) {
 					this.logger.warn(`${rows.length} order queues had waiting deliveries and no head; their next ones were set going`);

@@ -10,7 +10,7 @@
 // stays parked unless the attempt finished it: its retry waits for the webhook to be enabled.
 import type { Knex } from "knex";
 import { isPostgres, nowIso } from "../db.mixin";
-import { endedQueues, mayEndHeads, promoteNextPostgres, promoteNextSqlite } from "./order-queues.mixin";
+import { endedQueues, mayEndHeads, promoteNextSqlite } from "./order-queues.mixin";
 import { inSqliteTransaction, sqliteBoolean, type SqliteConnection } from "../../lib/sqlite-statements";
 import { columnArrays, runPrepared, unnestColumns, type PreparedStatement } from "../../lib/pg-statements";
 import { scheduleNextAttempt } from "../../lib/retry-schedule";
@@ -247,23 +247,25 @@ export const ResultsMixin: DispatcherMixin = {
 
 		/**
 		 * Writes a batch of results at once: per delivery a lease-guarded UPDATE, and the later
-		 * attempts of those whose lease still held. SQLite: one synchronous transaction; PostgreSQL: one
-		 * prepared statement.
+		 * attempts of those whose lease still held, and the promotion of the next deliveries of the
+		 * order queues whose heads they ended. SQLite: one synchronous transaction; PostgreSQL: one
+		 * prepared statement, then the promotion's.
 		 */
 		async writeUpdates(this: DispatcherThis, updates: DeliveryUpdate[]): Promise<boolean[]> {
 			const now = nowIso();
-			let written: WrittenResults;
-			if (!isPostgres(this.db)) written = await inSqliteTransaction(this.db, connection => writeResultsSqlite(connection, updates, now));
-			else if (!mayEndHeads(updates)) written = { matched: await writeResultsPostgres(this.db, updates, now), promoted: 0 };
-			else {
-				// The result and the promotion it implies commit together: a queue never loses its head.
-				written = await this.db.transaction(async trx => {
-					const matched = await writeResultsPostgres(trx, updates, now);
-					return { matched, promoted: await promoteNextPostgres(trx, endedQueues(updates, matched), now) };
-				});
+			let matched: Set<string>;
+			if (!isPostgres(this.db)) {
+				const written = await inSqliteTransaction(this.db, connection => writeResultsSqlite(connection, updates, now));
+				if (written.promoted > 0) this.requestClaim();
+				matched = written.matched;
+			} else {
+				// The promotion the results imply follows their commit as a statement of its own: two
+				// round trips where a transaction around both took five. A queue left without a head
+				// by a crash in between is the sweep's (sweepHeadlessQueues).
+				matched = await writeResultsPostgres(this.db, updates, now);
+				if (mayEndHeads(updates)) await this.promoteHeadless(endedQueues(updates, matched));
 			}
-			if (written.promoted > 0) this.requestClaim();
-			return updates.map(update => written.matched.has(update.delivery.id));
+			return updates.map(update => matched.has(update.delivery.id));
 		},
 
 		/**
