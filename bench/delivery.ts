@@ -38,7 +38,8 @@
 // (all but tracing and ratelimit by default); BENCH_PROFILE_DIR=<dir>
 // runs the service nodes with --cpu-prof into that folder; BENCH_SAMPLES_FILE=<file> appends each
 // latency round's samples ([sent at, ms], monotonic clock) as a JSON line; BENCH_OFFERED fixes the
-// latency load (deliveries/s); BENCH_SERVICE_ENV adds settings to every service node (JSON).
+// latency load (deliveries/s); BENCH_SERVICE_ENV adds settings to every service node (JSON);
+// BENCH_CLUSTER_DISPATCHERS sets the cluster's dispatcher processes (2).
 // BENCH_DATABASE_URL is the PostgreSQL server (default
 // postgres://postgres@127.0.0.1:5432/test), BENCH_NATS_URL the NATS server.
 import fs from "node:fs";
