@@ -48,8 +48,8 @@ const DELIVERY_VALUES = DELIVERY_COLUMNS.map(column => (row: NewDeliveryRow) => 
 const AS_HEAD = `ON CONFLICT (webhook_id, order_key) WHERE ${ORDER_HEAD_PREDICATE} DO NOTHING`;
 
 // So does one whose queue has waiting rows and no head, or it would overtake them. On PostgreSQL a
-// queue is left so when its head ends in a transaction that did not see a status committed beside
-// it by another instance, until that instance's check after its commit (promoteHeadless), which
+// queue is left so when its head's end was promoted without seeing a status committed beside it
+// by another instance, until that instance's check after its commit (promoteHeadless), which
 // runs after publish has answered, and never if the instance dies first (the cluster ordering
 // tests met both). The check after the write promotes the earliest. `row` prefixes the new row's
 // columns: "v." in a query, "@" for SQLite's parameters.

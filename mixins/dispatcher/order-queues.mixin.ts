@@ -34,7 +34,7 @@ export function endedQueues(updates: DeliveryUpdate[], matched: Set<string>): Or
 	return distinctQueues(ended);
 }
 
-/** Whether a batch may end a head, so that its write must promote in the same transaction. */
+/** Whether a batch may end a head, so that its write must be followed by a promotion (in its transaction on SQLite). */
 export const mayEndHeads = (updates: DeliveryUpdate[]) => updates.some(({ delivery, status }) => status !== "pending" && delivery.orderKey !== null);
 
 // The next of a queue: its earliest waiting row by occurred_at, then by id (time-ordered: intake
@@ -120,15 +120,13 @@ export const OrderQueuesMixin: DispatcherMixin = {
 		 * meanwhile, in another instance whose promotion could not see those rows yet). Each call
 		 * is atomic; one that fails, or an instance that dies before it, leaves the queue to the sweep.
 		 */
-		async promoteHeadless(this: DispatcherThis, queues: OrderQueue[]): Promise<number> {
-			if (queues.length === 0 || !isPostgres(this.db)) return 0;
+		async promoteHeadless(this: DispatcherThis, queues: OrderQueue[]): Promise<void> {
+			if (queues.length === 0 || !isPostgres(this.db)) return;
 			try {
 				const promoted = await promoteNextPostgres(this.db, queues, nowIso());
 				if (promoted > 0) this.requestClaim();
-				return promoted;
 			} catch (err) {
 				this.logger.warn(`Promoting the next deliveries of ${queues.length} order queues failed, the sweep will: ${(err as Error).message}`);
-				return 0;
 			}
 		},
 

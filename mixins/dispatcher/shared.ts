@@ -359,7 +359,7 @@ export type DispatcherThis = DbServiceThis & {
 	wakeAt(at: number): void;
 	// order-queues.mixin.ts
 	releaseOrderQueues(webhookId: string): Promise<number>;
-	promoteHeadless(queues: OrderQueue[]): Promise<number>;
+	promoteHeadless(queues: OrderQueue[]): Promise<void>;
 	sweepHeadlessQueues(): Promise<void>;
 	waitingForOf(rows: DeliveryRow[]): Promise<Map<string, string>>;
 };
