@@ -119,6 +119,7 @@ const DispatcherService: ServiceSchema<ServiceSettingSchema, DispatcherThis> = {
 		this.unleasedAt = new Map();
 		this.pollTimer = null;
 		this.polls = 0;
+		this.headlessSweepDue = false;
 		this.rateSlots = new RateSlots();
 		this.rateWake = null;
 		// On SQLite each batch is a transaction on this event loop: a saturated loop lingers a little.

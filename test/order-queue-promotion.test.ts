@@ -3,13 +3,16 @@
 // It must read the queue only once it holds the queue's lock: a waiting row committed by a writer
 // that held the lock is then seen, not missed. That is what closes the race between a head ending
 // in one instance and a later status written as waiting in another (order-queues.mixin.ts). And
-// two promotions of one queue at once set one delivery going, the earliest waiting one.
+// two promotions of one queue at once set one delivery going, the earliest waiting one. A
+// promotion that fails (the results are already committed) is retried by the next poll's sweep,
+// not left to the sweep that comes every PARKED_RECHECK_POLLS polls.
 import knex, { type Knex } from "knex";
 import { runMigrations } from "../mixins/db.mixin";
 import { dispatcherMigrations } from "../migrations/dispatcher";
 import { promoteNextPostgres } from "../mixins/dispatcher/order-queues.mixin";
 import { scratchDatabase, type ScratchDatabase } from "./helpers/scratch-database";
-import { waitUntil } from "./helpers/delivery-stack";
+import { newCustomer, orderEvent, startDeliveryStack, verified, waitUntil, type DeliveryStack } from "./helpers/delivery-stack";
+import { PARKED_RECHECK_POLLS, type DispatcherThis } from "../mixins/dispatcher/shared";
 import { TEST_DATABASE_URL } from "./helpers/services";
 
 const describeOnPostgres = process.env.TEST_POSTGRES === "yes" ? describe : describe.skip;
@@ -97,5 +100,46 @@ describeOnPostgres("the promotion of an order queue's next delivery on PostgreSQ
 		expect(promoted.reduce((sum, count) => sum + count, 0)).toBe(1);
 		expect(await rowOf(earlier)).toMatchObject({ waiting: false });
 		expect(await rowOf(later)).toMatchObject({ waiting: true, next_attempt_at: null });
+	});
+});
+
+describeOnPostgres("a dispatcher whose promotion failed, on PostgreSQL", () => {
+	let env: DeliveryStack;
+	const promotion = dispatcherMigrations.find(migration => migration.name === "015_order_queue_promotion_function")!;
+	beforeAll(async () => {
+		env = await startDeliveryStack("postgres", { env: { DELIVERY_POLL_INTERVAL: "100ms" } });
+	});
+	afterAll(() => env?.stop());
+
+	it("sweeps at its next poll once the promotion works again, not at the next regular sweep", async () => {
+		const db = env.stack.db;
+		const dispatcher = () => env.stack.app.broker.getLocalService("dispatcher") as unknown as DispatcherThis;
+		const alice = await newCustomer(env.stack);
+		const webhook = await env.createWebhook(alice.token);
+		const order = `order-promotion-fails-${Date.now()}`;
+		const base = Date.parse("2026-07-01T00:00:00Z");
+		const [h1, h2] = ["H1", "H2"].map((label, step) => orderEvent(alice, { order_id: order, order_name: label, status: "staged", occurred_at: new Date(base + step * 1_000).toISOString() }));
+		const rowOf = (eventId: string) => db("deliveries").where({ event_id: eventId, webhook_id: webhook.id }).first();
+
+		// The promotion fails as a lost connection or a failover would make it fail.
+		await db.raw(`CREATE OR REPLACE FUNCTION dispatcher_promote_order_queues(webhook_ids text[], order_keys text[], promoted_at text) RETURNS integer
+			LANGUAGE plpgsql AS $body$ BEGIN RAISE EXCEPTION 'promotion unavailable'; END $body$`);
+		await env.stack.app.broker.call("dispatcher.publish", h1);
+		await env.stack.app.broker.call("dispatcher.publish", h2);
+		await waitUntil(() => rowOf(h1.event_id!), row => row?.status === "succeeded", "H1 to be delivered");
+		const failedAt = dispatcher().polls;
+		await waitUntil(() => dispatcher().polls, polls => polls >= failedAt + 3, "three polls");
+		expect(Boolean((await rowOf(h2.event_id!)).waiting)).toBe(true);
+
+		// Working again, well before the next regular sweep.
+		await waitUntil(() => dispatcher().polls % PARKED_RECHECK_POLLS, sincePrevious => sincePrevious >= 1 && sincePrevious <= 5, "a poll just past a regular sweep");
+		const restoredAt = dispatcher().polls;
+		const nextRegularSweep = (Math.floor(restoredAt / PARKED_RECHECK_POLLS) + 1) * PARKED_RECHECK_POLLS;
+		await promotion.down(db);
+		await promotion.up(db);
+		await waitUntil(() => rowOf(h2.event_id!), row => !row.waiting, "H2 to be promoted");
+		expect(dispatcher().polls).toBeLessThan(nextRegularSweep);
+		await waitUntil(() => rowOf(h2.event_id!), row => row.status === "succeeded", "H2 to be delivered");
+		expect(env.received(webhook).map(request => verified(request, webhook.secret).data.order_name)).toEqual(["H1", "H2"]);
 	});
 });

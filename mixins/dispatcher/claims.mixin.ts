@@ -357,6 +357,8 @@ export const ClaimsMixin: DispatcherMixin = {
 					// Entries are only dropped when read; without this, every webhook ever seen would stay.
 					const now = Date.now();
 					for (const [id, cached] of this.targets) if (cached.expiresAt < now) this.targets.delete(id);
+				} else if (this.headlessSweepDue) {
+					await this.sweepHeadlessQueues();
 				}
 				this.schedulePoll();
 			}, this.config.DELIVERY_POLL_INTERVAL);

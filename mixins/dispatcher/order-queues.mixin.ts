@@ -118,7 +118,8 @@ export const OrderQueuesMixin: DispatcherMixin = {
 		 * PostgreSQL, queues that may have been left without a head: after a result batch ended
 		 * their heads, or after intake wrote waiting rows to them (their heads may have ended
 		 * meanwhile, in another instance whose promotion could not see those rows yet). Each call
-		 * is atomic; one that fails, or an instance that dies before it, leaves the queue to the sweep.
+		 * is atomic; one that fails leaves the queue to the next poll's sweep, an instance that dies
+		 * before it to the regular sweep (of whichever instance polls).
 		 */
 		async promoteHeadless(this: DispatcherThis, queues: OrderQueue[]): Promise<void> {
 			if (queues.length === 0 || !isPostgres(this.db)) return;
@@ -126,7 +127,8 @@ export const OrderQueuesMixin: DispatcherMixin = {
 				const promoted = await promoteNextPostgres(this.db, queues, nowIso());
 				if (promoted > 0) this.requestClaim();
 			} catch (err) {
-				this.logger.warn(`Promoting the next deliveries of ${queues.length} order queues failed, the sweep will: ${(err as Error).message}`);
+				this.headlessSweepDue = true;
+				this.logger.warn(`Promoting the next deliveries of ${queues.length} order queues failed, the next poll's sweep will: ${(err as Error).message}`);
 			}
 		},
 
@@ -136,6 +138,7 @@ export const OrderQueuesMixin: DispatcherMixin = {
 		 * an instance killed in between, or a promotion that failed, can leave one.
 		 */
 		async sweepHeadlessQueues(this: DispatcherThis): Promise<void> {
+			this.headlessSweepDue = false;
 			try {
 				const rows: Array<{ webhook_id: string; order_key: string }> = await this.db("deliveries as w")
 					.distinct("w.webhook_id", "w.order_key")
@@ -158,6 +161,7 @@ export const OrderQueuesMixin: DispatcherMixin = {
 					this.requestClaim();
 				}
 			} catch (err) {
+				this.headlessSweepDue = true;
 				this.logger.warn(`Checking the order queues failed, will try again: ${(err as Error).message}`);
 			}
 		},

@@ -273,6 +273,8 @@ export type DispatcherThis = DbServiceThis & {
 	drainRates: DrainRates;
 	pollTimer: NodeJS.Timeout | null;
 	polls: number;
+	/** A promotion failed (PostgreSQL): the next poll sweeps for queues without a head, not the next PARKED_RECHECK_POLLS-th. */
+	headlessSweepDue: boolean;
 	metrics: {
 		attempts: ReturnType<typeof counter>;
 		deliveries: ReturnType<typeof counter>;
