@@ -354,7 +354,7 @@ export const dispatcherMigrations: Migration[] = [
 		// transaction-scoped lock per queue, taken in one order, then the promotion under them. Each
 		// statement of a PL/pgSQL function takes a fresh snapshot, so the promotion reads after the
 		// locks are held, as the lock and promotion statements did inside a transaction of their own
-		// (order-queues.mixin.ts says what the locks close). A batch of ordered results took five
+		// (order-queues.mixin.ts says what the locks are for). A batch of ordered results took five
 		// round trips (BEGIN, the write, the locks, the promotion, COMMIT), and each cost the
 		// dispatcher's main thread and PostgreSQL a wake-up; it now takes two.
 		name: "015_order_queue_promotion_function",

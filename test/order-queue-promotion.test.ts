@@ -1,9 +1,9 @@
 // The promotion of an order queue's next delivery on PostgreSQL (migration 015's function, which
 // promoteNextPostgres calls after a result batch, after intake's waiting rows and in the sweep).
-// It must read the queue only once it holds the queue's lock: a waiting row committed by a writer
-// that held the lock is then seen, not missed. That is what closes the race between a head ending
-// in one instance and a later status written as waiting in another (order-queues.mixin.ts). And
-// two promotions of one queue at once set one delivery going, the earliest waiting one. A
+// It must read the queue only once it holds the queue's lock: what a writer that held the lock
+// committed is then seen, not missed, so the promotions of one queue take turns
+// (order-queues.mixin.ts says why). And two promotions of one queue at once set one delivery
+// going, the earliest waiting one. A
 // promotion that fails (the results are already committed) is retried by the next poll's sweep,
 // not left to the sweep that comes every PARKED_RECHECK_POLLS polls.
 import knex, { type Knex } from "knex";

@@ -59,10 +59,13 @@ export function promoteNextSqlite(connection: SqliteConnection, queues: OrderQue
 
 // PostgreSQL: a transaction-scoped lock per queue, taken in one order (no deadlock between two
 // writers), before the promotion reads: migration 015's function takes the locks, then promotes
-// under them, in one round trip. Every promotion goes through it: after a result batch ends heads,
-// after intake wrote waiting rows (promoteHeadless), and in the sweep. Without the locks, a waiting
-// row committed by another instance after the promotion's snapshot, whose intake then checked for a
-// head before the head's end was committed, would be left with no head to end and promote it.
+// under them, in one round trip. Every promotion goes through it: after a result batch that ended
+// heads has committed, after intake wrote waiting rows (promoteHeadless), and in the sweep. The
+// locks make the promotions of one queue take turns, each reading what the one before committed:
+// two that read a queue as headless at once would both set its earliest waiting delivery going,
+// the second perhaps after a claim had leased it. Before migration 015 the promotion ran inside the
+// result's transaction, so it could also miss a waiting row that another instance committed
+// meanwhile; instances of that code still take the same locks.
 const PROMOTE_POSTGRES: PreparedStatement = {
 	name: "dispatcher_promote_order_queues",
 	text: "SELECT dispatcher_promote_order_queues($1::text[], $2::text[], $3::text) AS promoted",
