@@ -3,9 +3,8 @@
 // It must read the queue only once it holds the queue's lock: what a writer that held the lock
 // committed is then seen, not missed, so the promotions of one queue take turns
 // (order-queues.mixin.ts says why). And two promotions of one queue at once set one delivery
-// going, the earliest waiting one. A
-// promotion that fails (the results are already committed) is retried by the next poll's sweep,
-// not left to the sweep that comes every PARKED_RECHECK_POLLS polls.
+// going, the earliest waiting one. A promotion that fails (the results are already committed) is
+// retried by the next poll's sweep, not left to the sweep that comes every PARKED_RECHECK_POLLS polls.
 import knex, { type Knex } from "knex";
 import { runMigrations } from "../mixins/db.mixin";
 import { dispatcherMigrations } from "../migrations/dispatcher";
@@ -16,6 +15,8 @@ import { PARKED_RECHECK_POLLS, type DispatcherThis } from "../mixins/dispatcher/
 import { TEST_DATABASE_URL } from "./helpers/services";
 
 const describeOnPostgres = process.env.TEST_POSTGRES === "yes" ? describe : describe.skip;
+// A queue's advisory lock key, as migration 015's function computes it, for (webhook id, order key).
+const QUEUE_LOCK_KEY = "hashtextextended(? || ':' || ?, 0)";
 
 describeOnPostgres("the promotion of an order queue's next delivery on PostgreSQL", () => {
 	let scratch: ScratchDatabase;
@@ -61,7 +62,7 @@ describeOnPostgres("the promotion of an order queue's next delivery on PostgreSQ
 		Number(
 			(
 				await observer.raw(
-					`SELECT count(*) AS n FROM pg_locks l, (SELECT hashtextextended(? || ':' || ?, 0) AS k) q
+					`SELECT count(*) AS n FROM pg_locks l, (SELECT ${QUEUE_LOCK_KEY} AS k) q
 					WHERE l.locktype = 'advisory' AND NOT l.granted AND l.objsubid = 1 AND l.classid = ((q.k >> 32) & 4294967295)::oid AND l.objid = (q.k & 4294967295)::oid`,
 					[webhookId, orderKey],
 				)
@@ -71,7 +72,7 @@ describeOnPostgres("the promotion of an order queue's next delivery on PostgreSQ
 	it("waits for a writer holding the queue's lock, then sees the row it committed", async () => {
 		await status(scratch.db, "order-a", 1, "ended");
 		const writer = await scratch.db.transaction();
-		await writer.raw("SELECT pg_advisory_xact_lock(hashtextextended(? || ':' || ?, 0))", [webhookId, "order-a"]);
+		await writer.raw(`SELECT pg_advisory_xact_lock(${QUEUE_LOCK_KEY})`, [webhookId, "order-a"]);
 		const next = await status(writer, "order-a", 2, "waiting");
 
 		const promotedAt = at(30);
