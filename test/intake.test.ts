@@ -118,6 +118,22 @@ describeWithNats("intake, cluster mode on JetStream", () => {
 		}
 	});
 
+	it("lets nodes that start together provision a fresh namespace, every one of them", async () => {
+		const fresh = `${namespace}-together`;
+		try {
+			const outcomes = await Promise.allSettled(Array.from({ length: 8 }, () => provisionIntake(TEST_NATS_URL, parseConfig({ TRANSPORTER: TEST_NATS_URL, NAMESPACE: fresh }))));
+			expect(outcomes.map(outcome => (outcome.status === "rejected" ? String(outcome.reason) : "ok"))).toEqual(Array(8).fill("ok"));
+			const nats = await connectToNats(TEST_NATS_URL, "intake-test");
+			try {
+				expect((await (await nats.jetstreamManager()).streams.info(intakeNames(fresh).stream)).config.subjects).toEqual([`${fresh}.tasking.order_status`]);
+			} finally {
+				await nats.close();
+			}
+		} finally {
+			await dropIntakeStreams(TEST_NATS_URL, fresh);
+		}
+	});
+
 	it("delivers an event sent to the channel as a webhook and an email, under one derived event_id", async () => {
 		const token = await optIn(env, "chan-bob");
 		const webhook = await env.createWebhook(token);
