@@ -21,8 +21,9 @@
 // Scenarios, the longer ones in bench/lib:
 // - sqlite (one node, embedded database), postgresql (one node) and cluster (a gateway node, a
 //   notifier and two dispatcher processes on PostgreSQL): the three steps above;
-// - neighbours (SQLite: the healthy webhooks with and without one endpoint answering after 100 ms
-//   and one always answering 500, whose retries are due all the time): neighbours.ts;
+// - neighbours (SQLite: the healthy webhooks alone, beside two neighbours behaving well, and beside
+//   the same two misbehaving, one answering slowly and one always answering 500 with its retries
+//   due all the time; each webhook on its own origin, and all on one host): neighbours.ts;
 // - backlog (open-loop bursts, cold and warm, small and large, with millions of deliveries
 //   pending): backlog.ts;
 // - ratelimit (one webhook limited to 50/s beside the unlimited ones, with it and without it):
@@ -39,7 +40,8 @@
 // runs the service nodes with --cpu-prof into that folder; BENCH_SAMPLES_FILE=<file> appends each
 // latency round's samples ([sent at, ms], monotonic clock) as a JSON line; BENCH_OFFERED fixes the
 // latency load (deliveries/s); BENCH_SERVICE_ENV adds settings to every service node (JSON);
-// BENCH_CLUSTER_DISPATCHERS sets the cluster's dispatcher processes (2).
+// BENCH_CLUSTER_DISPATCHERS sets the cluster's dispatcher processes (2);
+// BENCH_NEIGHBOURS_LAYOUTS picks the neighbours' layouts (own_origins,one_host).
 // BENCH_DATABASE_URL is the PostgreSQL server (default
 // postgres://postgres@127.0.0.1:5432/test), BENCH_NATS_URL the NATS server.
 import fs from "node:fs";
@@ -54,7 +56,7 @@ import { closedLoopRate, CONCURRENCY, deploy, type Deployment, EVENTS, LATENCY_R
 import { monotonicMs, type ReceiverReady } from "./lib/receiver";
 import { Receivers } from "./lib/receivers";
 import { againstFloor, backlogScenario, processesOf, type BacklogHarness } from "./lib/backlog";
-import { neighboursScenario } from "./lib/neighbours";
+import { neighbourLayouts, neighboursScenario } from "./lib/neighbours";
 import { orderingScenario } from "./lib/ordering";
 import { rateLimitScenario } from "./lib/rate-limit";
 import { concurrentLoops, floorBody, signedPost, type SignedTarget } from "./lib/signed-post";
@@ -227,7 +229,7 @@ export async function run(): Promise<object> {
 				results.cluster_postgresql = figures;
 				pending.push({ name: "cluster_postgresql", figures });
 			} else if (scenario === "neighbours") {
-				results.neighbours_sqlite = await neighboursScenario(urls.slice(0, 8), urls.slice(HEALTHY), caFile, receivers);
+				results.neighbours_sqlite = await neighboursScenario(neighbourLayouts(urls.slice(0, 8), urls[HEALTHY], urls[HEALTHY + 1]), caFile, receivers);
 			} else if (scenario === "tracing") {
 				results.tracing_sqlite = await tracingScenario(healthyUrls, caFile, receivers);
 			} else if (scenario === "backlog") {

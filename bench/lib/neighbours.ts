@@ -1,7 +1,16 @@
 // The bad-neighbour scenario of the delivery benchmark (BENCH_SCENARIOS=neighbours): healthy
-// webhooks on SQLite, with and without two neighbours beside them, one answering after 100 ms and
-// one always answering 500 with its retries due every 250 ms. The healthy webhooks' throughput and
-// steady p99 with the neighbours, against without.
+// webhooks on SQLite beside two neighbours of other customers, one answering slowly and one always
+// answering 500 with its retries due every 250 ms. Per layout, three deployments:
+//   - the healthy webhooks alone ("without", the goal's comparison);
+//   - beside the two neighbours behaving well, answering 200 at once (`with_good_neighbours`):
+//     the same webhooks and the same work per event as below, so that what the neighbours' bad
+//     behaviour costs the others is told apart from what two more webhooks cost;
+//   - beside the two neighbours misbehaving ("with").
+// Each gets the healthy webhooks' closed-loop throughput and then steady latency rounds at the
+// load "without" was offered. Layouts (bench/delivery.ts): each webhook on its own origin, the
+// slow neighbour answering after 100 ms, as since 2026-11-24; and all of them on one host, the
+// slow neighbour answering after 2 s, as in the issue that set the goal (one origin, so they share
+// the dispatcher's connections to it).
 import { deploy, EVENTS, LATENCY_ROUNDS, OFFERED, orderEvent, throughput, WARM_UP_EVENTS } from "./deployment";
 import { latencyRound, pooled, type LatencyRound } from "./latency";
 import type { Receivers } from "./receivers";
@@ -9,35 +18,85 @@ import { ratioOf, round } from "./stats";
 
 // The failing neighbour is retried every 250 ms for a minute: retries are due all the time.
 const FAST_RETRIES = Array.from({ length: 240 }, (_, i) => `${(i + 1) * 250}ms`).join(",");
+const LAYOUTS = (process.env.BENCH_NEIGHBOURS_LAYOUTS ?? "own_origins,one_host").split(",");
+// The issue's slow neighbour: an endpoint that answers after 2 s.
+const ONE_HOST_SLOW_MS = 2_000;
 
-export async function neighboursScenario(healthyUrls: string[], neighbourUrls: string[], caFile: string, receivers: Receivers) {
-	const measure = async (withNeighbours: boolean, eventsPerSecond?: number) => {
-		const deployment = await deploy({ engine: "sqlite", healthyUrls, neighbourUrls: withNeighbours ? neighbourUrls : [], caFile, env: { DELIVERY_RETRY_SCHEDULE: FAST_RETRIES } });
-		try {
-			await throughput(deployment, receivers, WARM_UP_EVENTS);
-			const slowBefore = receivers.slow;
-			const failBefore = receivers.fail;
-			const rate = await throughput(deployment, receivers, EVENTS);
-			// Counted here: the latency rounds below keep the neighbours answering.
-			const neighbourAnswers = { slow: receivers.slow - slowBefore, failing: receivers.fail - failBefore };
-			const perSecond = eventsPerSecond ?? (OFFERED ?? rate / 2) / healthyUrls.length;
-			// Steady state only, so the rounds can share the deployment.
-			const rounds: LatencyRound[] = [];
-			for (let turn = 0; turn < LATENCY_ROUNDS; turn++) rounds.push(await latencyRound(deployment.send, orderEvent, deployment.dispatchers, receivers, perSecond, healthyUrls.length));
-			const { steady, lost, rounds_p99_ms } = pooled(rounds);
-			return { healthy_deliveries_per_s: round(rate), steady, steady_rounds_p99_ms: rounds_p99_ms.steady, lost, neighbour_answers_during_throughput: neighbourAnswers, perSecond };
-		} finally {
-			await deployment.stop();
-		}
+export interface NeighbourLayout {
+	/** The healthy customers' webhooks, whose deliveries are measured. */
+	healthy: string[];
+	/** The misbehaving neighbours: a slow one and a failing one. */
+	bad: string[];
+	/** The same neighbours behaving well: `/quiet` endpoints, answering 200 at once, counted apart. */
+	good: string[];
+}
+
+/**
+ * The layouts, from the healthy webhooks' URLs (each its own origin) and the slow and failing
+ * endpoints': on their own origins, or all on the first healthy one's host (paths pick the
+ * behaviour there, bench/lib/receiver.ts).
+ */
+export function neighbourLayouts(healthyUrls: string[], slowUrl: string, failUrl: string): Record<string, NeighbourLayout> {
+	const on = (url: string, pathAndQuery: string) => new URL(pathAndQuery, url).toString();
+	const host = healthyUrls[0];
+	const layouts: Record<string, NeighbourLayout> = {
+		own_origins: { healthy: healthyUrls, bad: [slowUrl, failUrl], good: [on(slowUrl, "/quiet"), on(failUrl, "/quiet")] },
+		one_host: {
+			healthy: healthyUrls.map((_, i) => on(host, `/p${i + 1}`)),
+			bad: [on(host, `/slow?ms=${ONE_HOST_SLOW_MS}`), on(host, "/fail")],
+			good: [on(host, "/quiet?n=1"), on(host, "/quiet?n=2")],
+		},
 	};
-	const without = await measure(false);
-	const withNeighbours = await measure(true, without.perSecond);
+	const unknown = LAYOUTS.filter(name => !(name in layouts));
+	if (unknown.length > 0) throw new Error(`BENCH_NEIGHBOURS_LAYOUTS: unknown layout ${unknown.join(", ")} (own_origins, one_host)`);
+	return Object.fromEntries(LAYOUTS.map(name => [name, layouts[name]]));
+}
+
+async function measure(receivers: Receivers, caFile: string, healthyUrls: string[], neighbourUrls: string[], eventsPerSecond?: number) {
+	const deployment = await deploy({ engine: "sqlite", healthyUrls, neighbourUrls, caFile, env: { DELIVERY_RETRY_SCHEDULE: FAST_RETRIES } });
+	try {
+		await throughput(deployment, receivers, WARM_UP_EVENTS);
+		const before = { slow: receivers.slow, failing: receivers.fail, quiet: receivers.quiet };
+		const rate = await throughput(deployment, receivers, EVENTS);
+		// Counted here: the latency rounds below keep the neighbours answering.
+		const neighbourAnswers = { slow: receivers.slow - before.slow, failing: receivers.fail - before.failing, good: receivers.quiet - before.quiet };
+		const perSecond = eventsPerSecond ?? (OFFERED ?? rate / 2) / healthyUrls.length;
+		// Steady state only, so the rounds can share the deployment.
+		const rounds: LatencyRound[] = [];
+		for (let turn = 0; turn < LATENCY_ROUNDS; turn++) rounds.push(await latencyRound(deployment.send, orderEvent, deployment.dispatchers, receivers, perSecond, healthyUrls.length));
+		const { steady, lost, rounds_p99_ms } = pooled(rounds);
+		return { figures: { healthy_deliveries_per_s: round(rate), steady, steady_rounds_p99_ms: rounds_p99_ms.steady, lost, neighbour_answers_during_throughput: neighbourAnswers }, perSecond };
+	} finally {
+		await deployment.stop();
+	}
+}
+
+/** One layout: the healthy webhooks alone, beside good neighbours, beside bad ones, at one offered load. */
+async function neighboursIn(layout: NeighbourLayout, caFile: string, receivers: Receivers) {
+	const without = await measure(receivers, caFile, layout.healthy, []);
+	const good = await measure(receivers, caFile, layout.healthy, layout.good, without.perSecond);
+	const bad = await measure(receivers, caFile, layout.healthy, layout.bad, without.perSecond);
+	const ratios = (base: typeof without.figures) => ({
+		throughput: ratioOf(bad.figures.healthy_deliveries_per_s, base.healthy_deliveries_per_s),
+		p99: ratioOf(bad.figures.steady.p99_ms, base.steady.p99_ms),
+	});
+	const vsWithout = ratios(without.figures);
+	const vsGood = ratios(good.figures);
 	return {
-		healthy_webhooks: healthyUrls.length,
-		offered_deliveries_per_s: round(without.perSecond * healthyUrls.length),
-		without: { ...without, perSecond: undefined },
-		with: { ...withNeighbours, perSecond: undefined },
-		healthy_throughput_with_vs_without: ratioOf(withNeighbours.healthy_deliveries_per_s, without.healthy_deliveries_per_s),
-		healthy_p99_with_vs_without: ratioOf(withNeighbours.steady.p99_ms, without.steady.p99_ms),
+		healthy_webhooks: layout.healthy.length,
+		offered_deliveries_per_s: round(without.perSecond * layout.healthy.length),
+		without: without.figures,
+		with_good_neighbours: good.figures,
+		with: bad.figures,
+		healthy_throughput_with_vs_without: vsWithout.throughput,
+		healthy_p99_with_vs_without: vsWithout.p99,
+		healthy_throughput_with_vs_good_neighbours: vsGood.throughput,
+		healthy_p99_with_vs_good_neighbours: vsGood.p99,
 	};
+}
+
+export async function neighboursScenario(layouts: Record<string, NeighbourLayout>, caFile: string, receivers: Receivers) {
+	const results: Record<string, Awaited<ReturnType<typeof neighboursIn>>> = {};
+	for (const [name, layout] of Object.entries(layouts)) results[name] = await neighboursIn(layout, caFile, receivers);
+	return results;
 }

@@ -7,6 +7,11 @@
 // arrives after a later one of the same order at the same endpoint (its data's `seq`) as out of
 // order.
 //
+// A path picks another kind on any endpoint, so that webhooks of one host (one port, one origin)
+// can behave differently: `/slow` (after SLOW_MS, or `?ms=<n>`), `/fail`, and `/quiet`, which
+// answers 200 at once and is counted apart from "ok": a neighbour that is no trouble, beside
+// healthy webhooks whose counts and samples it must not join.
+//
 // For bodies that carry `"sent_at":<ms>` (the monotonic clock, shared by every process on the
 // machine), an "ok" endpoint records [sent_at, latency] for the parent. Throughput is counted
 // here, by the receiver: "ok" counts distinct message ids (webhook-id) answered 200, so that a
@@ -16,13 +21,14 @@ import https from "node:https";
 import type { AddressInfo } from "node:net";
 import { startEventLoopProbe } from "./event-loop-probe";
 
-export type EndpointKind = "ok" | "slow" | "fail" | "ordered";
+export type EndpointKind = "ok" | "slow" | "fail" | "ordered" | "quiet";
 export const SLOW_MS = 100;
+const KINDS_BY_PATH = new Set<EndpointKind>(["slow", "fail", "quiet"]);
 
 export interface ReceiverReady {
 	ports: number[];
 }
-export type ReceiverMessage = { type: "count"; ok: number; repeats: number; slow: number; fail: number; okBytes: number; outOfOrder: number; connections: number } | { type: "samples"; samples: Array<[number, number]> };
+export type ReceiverMessage = { type: "count"; ok: number; repeats: number; slow: number; fail: number; quiet: number; okBytes: number; outOfOrder: number; connections: number } | { type: "samples"; samples: Array<[number, number]> };
 
 export const monotonicMs = () => Number(process.hrtime.bigint()) / 1e6;
 
@@ -32,21 +38,31 @@ function requestBytes(method = "", url = "", rawHeaders: string[], body: Buffer[
 	return bytes + 2 + body.reduce((sum, chunk) => sum + chunk.length, 0);
 }
 
+/** What a request to an endpoint of `endpointKind` meets: the kind its path names, if any (see above). */
+export function behaviourOf(endpointKind: EndpointKind, url = "/"): { kind: EndpointKind; slowMs: number } {
+	const { pathname, searchParams } = new URL(url, "https://receiver");
+	const named = pathname.slice(1) as EndpointKind;
+	const kind = KINDS_BY_PATH.has(named) ? named : endpointKind;
+	const ms = Number(searchParams.get("ms"));
+	return { kind, slowMs: kind === "slow" && Number.isFinite(ms) && ms > 0 ? ms : SLOW_MS };
+}
+
 function main(): void {
 	const kinds = (process.env.RECEIVER_ENDPOINTS ?? "ok").split(",") as EndpointKind[];
 	const key = process.env.RECEIVER_KEY!;
 	const cert = process.env.RECEIVER_CERT!;
 	// okBytes: the HTTP request bytes of the "ok" answers (request line, headers, body; not TLS).
 	// connections: TLS connections accepted, every endpoint (each costs the client a handshake).
-	const counts = { ok: 0, repeats: 0, slow: 0, fail: 0, okBytes: 0, outOfOrder: 0, connections: 0 };
+	const counts = { ok: 0, repeats: 0, slow: 0, fail: 0, quiet: 0, okBytes: 0, outOfOrder: 0, connections: 0 };
 	const okIds = new Set<string>();
 	// "ordered": the highest seq answered 200 per endpoint and order.
 	const lastSeq = new Map<string, number>();
 	let samples: Array<[number, number]> = [];
 	let reported = -1;
 
-	const servers = kinds.map((kind, endpoint) =>
+	const servers = kinds.map((endpointKind, endpoint) =>
 		https.createServer({ key, cert, keepAliveTimeout: 30_000 }, (req, res) => {
+			const { kind, slowMs } = behaviourOf(endpointKind, req.url);
 			const chunks: Buffer[] = [];
 			req.on("data", chunk => chunks.push(chunk));
 			req.on("end", () => {
@@ -54,6 +70,7 @@ function main(): void {
 				const answer = (status: number) => {
 					if (status !== 200) counts.fail += 1;
 					else if (kind === "slow") counts.slow += 1;
+					else if (kind === "quiet") counts.quiet += 1;
 					else if (okIds.has(String(req.headers["webhook-id"]))) counts.repeats += 1;
 					else {
 						okIds.add(String(req.headers["webhook-id"]));
@@ -83,7 +100,9 @@ function main(): void {
 					}
 					answer(200);
 				} else if (kind === "slow") {
-					setTimeout(() => answer(200), SLOW_MS);
+					setTimeout(() => answer(200), slowMs);
+				} else if (kind === "quiet") {
+					answer(200);
 				} else {
 					answer(500);
 				}
@@ -100,7 +119,7 @@ function main(): void {
 		});
 	}
 	setInterval(() => {
-		const total = counts.ok + counts.repeats + counts.slow + counts.fail + counts.outOfOrder + counts.connections;
+		const total = counts.ok + counts.repeats + counts.slow + counts.fail + counts.quiet + counts.outOfOrder + counts.connections;
 		if (total === reported) return;
 		reported = total;
 		process.send!({ type: "count", ...counts } satisfies ReceiverMessage);

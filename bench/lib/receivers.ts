@@ -13,6 +13,8 @@ export class Receivers {
 	okBytes = 0;
 	slow = 0;
 	fail = 0;
+	/** Requests to `/quiet` paths, answered 200 at once and counted only here. */
+	quiet = 0;
 	/** "ordered" endpoints: statuses that arrived after a later status of their order. */
 	outOfOrder = 0;
 	/** TLS connections accepted by any endpoint, since the start. */
@@ -23,7 +25,7 @@ export class Receivers {
 	constructor(readonly child: ChildServer<ReceiverReady>) {
 		child.process.on("message", (message: ReceiverMessage) => {
 			if (message.type === "count") {
-				({ ok: this.ok, repeats: this.repeats, slow: this.slow, fail: this.fail, okBytes: this.okBytes, outOfOrder: this.outOfOrder, connections: this.connections } = message);
+				({ ok: this.ok, repeats: this.repeats, slow: this.slow, fail: this.fail, quiet: this.quiet, okBytes: this.okBytes, outOfOrder: this.outOfOrder, connections: this.connections } = message);
 				const waiting = this.waiters;
 				this.waiters = waiting.filter(waiter => waiter.count > this.ok);
 				for (const waiter of waiting) if (waiter.count <= this.ok) waiter.resolve();
