@@ -8,7 +8,9 @@
 //
 // 1. Floor: the fastest plain loop of signed POSTs we can write (undici, node:crypto HMAC over
 //    the bytes sent), CONCURRENCY at a time spread over the healthy endpoints, no broker, no
-//    database. Measured before and after everything else; the mean is the floor.
+//    database. Measured before and after everything else; the mean is the floor. When the backlog
+//    scenario runs on PostgreSQL, PostgreSQL's persistence floor too (persistence-floor.ts): the
+//    least CPU that keeping each delivery and its result in PostgreSQL adds to that loop.
 // 2. Throughput: EVENTS events × HEALTHY webhooks of one customer, at most IN_SYSTEM events not
 //    yet delivered, counted until every delivery is recorded as succeeded in the database. The
 //    bare relay runs the same loop once per run, as a reference beside the floor.
@@ -52,10 +54,11 @@ import { generateWebhookSecret } from "../lib/crypto";
 import { testCertificate } from "../test/helpers/https-receiver";
 import { startChild } from "./lib/child";
 import { probe, probeAll, type Probe } from "./lib/cluster-nodes";
-import { closedLoopRate, CONCURRENCY, deploy, type Deployment, EVENTS, LATENCY_ROUNDS, NATS_URL, OFFERED, orderEvent, removeStreams, throughput, WARM_UP_EVENTS, withRelay } from "./lib/deployment";
+import { closedLoopRate, CONCURRENCY, DATABASE_URL, deploy, type Deployment, EVENTS, LATENCY_ROUNDS, NATS_URL, OFFERED, orderEvent, removeStreams, throughput, WARM_UP_EVENTS, withRelay } from "./lib/deployment";
 import { monotonicMs, type ReceiverReady } from "./lib/receiver";
 import { Receivers } from "./lib/receivers";
-import { againstFloor, backlogScenario, processesOf, type BacklogHarness } from "./lib/backlog";
+import { againstFloor, backlogScenario, MODES as BACKLOG_MODES, processesOf, type BacklogHarness } from "./lib/backlog";
+import { persistenceFloor, type PersistenceFloor } from "./lib/persistence-floor";
 import { neighbourLayouts, neighboursScenario } from "./lib/neighbours";
 import { orderingScenario } from "./lib/ordering";
 import { rateLimitScenario } from "./lib/rate-limit";
@@ -71,6 +74,9 @@ const GOALS = { throughput_ratio: 0.5, throughput_ratio_stretch: 0.8, p99_vs_rel
 const SCENARIOS = (process.env.BENCH_SCENARIOS ?? "sqlite,postgresql,cluster,neighbours,backlog,ordering").split(",");
 // The ordering and ratelimit scenarios' figures are ratios within themselves: run alone, they need no floor.
 const NEEDS_FLOOR = SCENARIOS.some(scenario => scenario !== "ordering" && scenario !== "ratelimit");
+// The backlog's PostgreSQL modes are also read against the raw loop plus PostgreSQL's persistence floor.
+const NEEDS_PERSISTENCE_FLOOR = SCENARIOS.includes("backlog") && BACKLOG_MODES.some(mode => mode !== "sqlite");
+const PERSISTENCE_FLOOR_DELIVERIES = 30_000;
 
 const here = (file: string) => path.join(__dirname, "lib", file);
 
@@ -215,6 +221,11 @@ export async function run(): Promise<object> {
 	const results: Record<string, unknown> = {};
 	try {
 		const floorBeforeRun = NEEDS_FLOOR ? await floor(floorTargets, cert, receivers) : undefined;
+		const persistenceFloors: PersistenceFloor[] = [];
+		const measurePersistenceFloor = async () => {
+			if (NEEDS_PERSISTENCE_FLOOR) persistenceFloors.push(await persistenceFloor(DATABASE_URL, `bench_persistence_floor_${process.pid}`, PERSISTENCE_FLOOR_DELIVERIES));
+		};
+		await measurePersistenceFloor();
 		if (NEEDS_FLOOR) process.stderr.write("bench delivery: relay throughput\n");
 		const relayRate = NEEDS_FLOOR ? await relayThroughput(healthyUrls.map(url => ({ url })), cert, receivers) : NaN;
 		const pending: Array<{ name: string; figures: { throughput_ratio: number; throughput_vs_relay: number; deliveries_per_s: number } }> = [];
@@ -254,6 +265,7 @@ export async function run(): Promise<object> {
 		}
 		if (!floorBeforeRun) return { machine: machineOf(loadBefore), ...results };
 		const floorAfterRun = await floor(floorTargets, cert, receivers);
+		await measurePersistenceFloor();
 		// The ratios use the mean of the floor before and after: the machine's other load drifts.
 		const floorRate = (floorBeforeRun.rate + floorAfterRun.rate) / 2;
 		for (const { figures } of pending) {
@@ -263,7 +275,8 @@ export async function run(): Promise<object> {
 		if (results.backlog) {
 			// The raw loop's CPU per delivery: the floor's client and receivers, before and after.
 			const rawUs = mean([floorBeforeRun, floorAfterRun].map(f => ((f.client_cores + f.receiver_cores) / f.rate) * 1e6));
-			results.backlog = againstFloor(results.backlog as Awaited<ReturnType<typeof backlogScenario>>, floorRate, rawUs);
+			const persistenceUs = persistenceFloors.length > 0 ? mean(persistenceFloors.map(f => f.cpu_us_per_delivery.total)) : undefined;
+			results.backlog = againstFloor(results.backlog as Awaited<ReturnType<typeof backlogScenario>>, floorRate, rawUs, persistenceUs);
 		}
 		return {
 			machine: machineOf(loadBefore),
@@ -278,6 +291,8 @@ export async function run(): Promise<object> {
 				cores_before: { client: floorBeforeRun.client_cores, receivers: floorBeforeRun.receiver_cores },
 				cores_after: { client: floorAfterRun.client_cores, receivers: floorAfterRun.receiver_cores },
 			},
+			// What keeping deliveries in PostgreSQL costs at least (persistence-floor.ts), before and after.
+			...(persistenceFloors.length > 0 ? { persistence_floor: persistenceFloors } : {}),
 			// The same throughput loop through the bare relay (no database): a reference, not the floor.
 			relay_throughput: { deliveries_per_s: round(relayRate), ratio_to_floor: ratioOf(relayRate, floorRate) },
 			...results,

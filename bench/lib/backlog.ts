@@ -42,7 +42,7 @@ const LARGE = Number(process.env.BENCH_BACKLOG_LARGE ?? 100_000);
 const LARGE_RUNS = Number(process.env.BENCH_BACKLOG_RUNS ?? 1);
 const WARM_BURSTS = 3;
 const SENDERS = 256;
-const MODES = (process.env.BENCH_BACKLOG_MODES ?? "sqlite,postgresql,cluster").split(",");
+export const MODES = (process.env.BENCH_BACKLOG_MODES ?? "sqlite,postgresql,cluster").split(",");
 const LAYOUTS = (process.env.BENCH_BACKLOG_LAYOUTS ?? "own_origins,one_host").split(",");
 const PENDING_STEPS = (process.env.BENCH_BACKLOG_PENDING ?? "1000,1000000,10000000").split(",").filter(Boolean).map(Number);
 // SQLite lays pending rows down on the service's own single writer, a million in about three
@@ -442,16 +442,27 @@ export async function backlogScenario(harness: BacklogHarness, healthyUrls: stri
 /**
  * The figures against the same run's floor, once it is measured again at the end: the large
  * bursts' rate ÷ the floor's, and their CPU per delivery (service, database, NATS) ÷ the raw
- * loop's (the floor's client and receivers together).
+ * loop's (the floor's client and receivers together). With PostgreSQL's persistence floor
+ * (persistence-floor.ts) it also gives PostgreSQL's modes ÷ the raw loop plus that floor: what a
+ * service that keeps every delivery in PostgreSQL cannot spend less than.
  */
-export function againstFloor(backlog: Awaited<ReturnType<typeof backlogScenario>>, floorRate: number, rawLoopUsPerDelivery: number) {
+export function againstFloor(backlog: Awaited<ReturnType<typeof backlogScenario>>, floorRate: number, rawLoopUsPerDelivery: number, persistenceUsPerDelivery?: number) {
+	const persistedRawLoopUs = persistenceUsPerDelivery === undefined ? undefined : rawLoopUsPerDelivery + persistenceUsPerDelivery;
 	for (const mode of MODES) {
 		for (const layout of LAYOUTS) {
 			const figures = (backlog as unknown as Record<string, Record<string, ModeFigures & Record<string, unknown>>>)[mode]?.[layout];
 			if (!figures) continue;
 			figures.large_vs_floor = figures.large_bursts.map(b => ratioOrNull(b.deliveries_per_s, floorRate));
 			figures.large_cpu_vs_raw_loop = figures.large_bursts.map(b => ratioOrNull(b.cpu_us_per_delivery.total, rawLoopUsPerDelivery));
+			// PostgreSQL's persistence floor applies where PostgreSQL keeps the deliveries.
+			if (persistedRawLoopUs !== undefined && mode !== "sqlite") {
+				figures.large_cpu_vs_persisted_raw_loop = figures.large_bursts.map(b => ratioOrNull(b.cpu_us_per_delivery.total, persistedRawLoopUs));
+			}
 		}
 	}
-	return { ...backlog, raw_loop_cpu_us_per_delivery: round(rawLoopUsPerDelivery) };
+	return {
+		...backlog,
+		raw_loop_cpu_us_per_delivery: round(rawLoopUsPerDelivery),
+		...(persistedRawLoopUs === undefined ? {} : { persisted_raw_loop_cpu_us_per_delivery: round(persistedRawLoopUs) }),
+	};
 }

@@ -28,7 +28,7 @@ export const LATENCY_ROUNDS = Number(process.env.BENCH_LATENCY_ROUNDS ?? 3);
 // two versions then offers both the same load.
 export const OFFERED = process.env.BENCH_OFFERED ? Number(process.env.BENCH_OFFERED) : undefined;
 export const NATS_URL = process.env.BENCH_NATS_URL ?? "nats://127.0.0.1:4222";
-const DATABASE_URL = process.env.BENCH_DATABASE_URL ?? "postgres://postgres@127.0.0.1:5432/test";
+export const DATABASE_URL = process.env.BENCH_DATABASE_URL ?? "postgres://postgres@127.0.0.1:5432/test";
 const PROFILE_DIR = process.env.BENCH_PROFILE_DIR;
 // The cluster's dispatcher processes (2 by default, the goals' cluster); 1 shows what the second costs.
 const CLUSTER_DISPATCHERS = Number(process.env.BENCH_CLUSTER_DISPATCHERS ?? 2);
