@@ -46,6 +46,7 @@
 // BENCH_NEIGHBOURS_LAYOUTS picks the neighbours' layouts (own_origins,one_host).
 // BENCH_DATABASE_URL is the PostgreSQL server (default
 // postgres://postgres@127.0.0.1:5432/test), BENCH_NATS_URL the NATS server.
+import crypto from "node:crypto";
 import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
@@ -223,7 +224,7 @@ export async function run(): Promise<object> {
 		const floorBeforeRun = NEEDS_FLOOR ? await floor(floorTargets, cert, receivers) : undefined;
 		const persistenceFloors: PersistenceFloor[] = [];
 		const measurePersistenceFloor = async () => {
-			if (NEEDS_PERSISTENCE_FLOOR) persistenceFloors.push(await persistenceFloor(DATABASE_URL, `bench_persistence_floor_${process.pid}`, PERSISTENCE_FLOOR_DELIVERIES));
+			if (NEEDS_PERSISTENCE_FLOOR) persistenceFloors.push(await persistenceFloor(DATABASE_URL, `bench_persistence_floor_${crypto.randomBytes(4).toString("hex")}`, PERSISTENCE_FLOOR_DELIVERIES));
 		};
 		await measurePersistenceFloor();
 		if (NEEDS_FLOOR) process.stderr.write("bench delivery: relay throughput\n");
