@@ -26,7 +26,7 @@ describeOnPostgres("the persistence floor", () => {
 		expect(floor.cpu_us_per_delivery.client).toBeGreaterThan(0);
 		expect(floor.cpu_us_per_delivery.total).toBeCloseTo(floor.cpu_us_per_delivery.client + floor.cpu_us_per_delivery.database, 1);
 		// An insert and an update of each row reach the WAL: at least a heap record each.
-		expect(floor.wal_bytes_per_delivery).toBeGreaterThan(50);
+		expect(floor.postgresql_per_delivery.wal_bytes).toBeGreaterThan(50);
 		expect(await schemaExists(schema)).toBe(false);
 	});
 

@@ -32,6 +32,7 @@ import { TASKING_ORDER_STATUS_TOPIC, type TaskingOrderStatusEvent } from "../../
 import { connect, type NatsConnection } from "nats";
 import type { ChildServer } from "./child";
 import type { ProbeFigures } from "./event-loop-probe";
+import { databaseCounters, databaseWorkBetween, type DatabaseWork } from "./database-work";
 import { BROKER_PROCESSES, DATABASE_PROCESSES, cpuSecondsBetween, cpuSecondsByPid } from "./process-cpu";
 import { monotonicMs } from "./receiver";
 import type { Receivers } from "./receivers";
@@ -134,38 +135,6 @@ interface BurstFigures {
 	nats_per_delivery?: { messages: number; bytes: number };
 }
 
-interface DatabaseWork {
-	transactions: number;
-	rows_inserted: number;
-	rows_updated: number;
-	rows_deleted: number;
-	rows_read: number;
-	wal_bytes: number;
-}
-
-interface DatabaseCounters extends DatabaseWork {
-	lsn: string;
-}
-
-async function databaseCounters(db: Knex): Promise<DatabaseCounters> {
-	const { rows } = await db.raw(
-		`SELECT xact_commit + xact_rollback AS transactions, tup_inserted AS rows_inserted, tup_updated AS rows_updated, tup_deleted AS rows_deleted,
-			tup_returned + tup_fetched AS rows_read, pg_current_wal_lsn()::text AS lsn
-		FROM pg_stat_database WHERE datname = current_database()`,
-	);
-	const row = rows[0];
-	return { transactions: Number(row.transactions), rows_inserted: Number(row.rows_inserted), rows_updated: Number(row.rows_updated), rows_deleted: Number(row.rows_deleted), rows_read: Number(row.rows_read), wal_bytes: 0, lsn: row.lsn };
-}
-
-async function databaseWorkBetween(db: Knex, before: DatabaseCounters, deliveries: number): Promise<DatabaseWork> {
-	// Backends publish their statistics at most once a second, when idle.
-	await sleep(1_500);
-	const after = await databaseCounters(db);
-	const { rows } = await db.raw("SELECT pg_wal_lsn_diff(?::pg_lsn, ?::pg_lsn) AS bytes", [after.lsn, before.lsn]);
-	const per = (field: keyof DatabaseWork) => round((Number(after[field]) - Number(before[field])) / deliveries, 2);
-	return { transactions: per("transactions"), rows_inserted: per("rows_inserted"), rows_updated: per("rows_updated"), rows_deleted: per("rows_deleted"), rows_read: per("rows_read"), wal_bytes: round(Number(rows[0].bytes) / deliveries) };
-}
-
 /** Counts what crosses NATS while it runs: a subscriber to every subject. */
 async function natsTraffic(url: string): Promise<{ read(): { messages: number; bytes: number }; close(): Promise<void> }> {
 	const nats: NatsConnection = await connect({ servers: new URL(url).host });
@@ -186,7 +155,6 @@ async function natsTraffic(url: string): Promise<{ read(): { messages: number; b
 	};
 }
 
-const sleep = (ms: number) => new Promise(resolve => setTimeout(resolve, ms));
 const median = (values: number[]) => percentile([...values].sort((a, b) => a - b), 50);
 const rateOf = (bursts: BurstFigures[]) => (bursts.every(burst => burst.valid) ? median(bursts.map(burst => burst.deliveries_per_s!)) : null);
 

@@ -9,6 +9,7 @@
 import knex, { type Knex } from "knex";
 import { timeOrderedUuid } from "../../lib/ids";
 import { columnArrays, runPrepared, unnestColumns, type PreparedStatement } from "../../lib/pg-statements";
+import { databaseCounters, databaseWorkBetween, type DatabaseWork } from "./database-work";
 import { cpuSecondsBetween, cpuSecondsByPid, DATABASE_PROCESSES } from "./process-cpu";
 import { floorBody } from "./signed-post";
 import { round } from "./stats";
@@ -23,7 +24,8 @@ export interface PersistenceFloor {
 	deliveries_per_batch: number;
 	/** CPU per delivery: this process's pg client, every PostgreSQL process, and both. */
 	cpu_us_per_delivery: { client: number; database: number; total: number };
-	wal_bytes_per_delivery: number;
+	/** As the backlog's bursts report theirs. */
+	postgresql_per_delivery: DatabaseWork;
 }
 
 interface EventRow {
@@ -68,10 +70,6 @@ async function persist(db: Knex, webhookIds: string[]): Promise<void> {
 	await runPrepared(db, RECORD_RESULTS, [deliveries.map(d => d.id), new Date().toISOString()]);
 }
 
-async function walPosition(db: Knex): Promise<string> {
-	return (await db.raw("SELECT pg_current_wal_lsn()::text AS lsn")).rows[0].lsn;
-}
-
 /** Measures the persistence floor over `deliveries` deliveries, in a schema of its own that it removes after. */
 export async function persistenceFloor(databaseUrl: string, schema: string, deliveries: number): Promise<PersistenceFloor> {
 	const admin = knex({ client: "pg", connection: databaseUrl, pool: { min: 0, max: 1 } });
@@ -87,14 +85,14 @@ export async function persistenceFloor(databaseUrl: string, schema: string, deli
 		await db.raw(`CREATE TABLE floor_deliveries (id text COLLATE "C" PRIMARY KEY, event_id text NOT NULL, webhook_id text NOT NULL,
 			status text NOT NULL, status_code integer, attempted_at text)`);
 		for (let i = 0; i < WARM_UP_BATCHES; i++) await persist(db, webhookIds);
-		const walBefore = await walPosition(db);
+		const countersBefore = await databaseCounters(db);
 		const databaseBefore = cpuSecondsByPid(DATABASE_PROCESSES);
 		const clientBefore = process.cpuUsage();
 		for (let i = 0; i < batches; i++) await persist(db, webhookIds);
 		const client = process.cpuUsage(clientBefore);
 		const databaseSeconds = cpuSecondsBetween(databaseBefore, cpuSecondsByPid(DATABASE_PROCESSES));
-		const walBytes = Number((await db.raw("SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), ?::pg_lsn) AS bytes", [walBefore])).rows[0].bytes);
 		const measured = batches * EVENTS_PER_BATCH * WEBHOOKS;
+		const work = await databaseWorkBetween(db, countersBefore, measured);
 		const counted = (await db.raw("SELECT count(*)::int AS rows, count(*) FILTER (WHERE status = 'delivered')::int AS delivered FROM floor_deliveries")).rows[0];
 		const written = (WARM_UP_BATCHES + batches) * EVENTS_PER_BATCH * WEBHOOKS;
 		if (counted.rows !== written || counted.delivered !== written) throw new Error(`persistence floor: ${counted.delivered} of ${counted.rows} rows delivered, ${written} written`);
@@ -104,7 +102,7 @@ export async function persistenceFloor(databaseUrl: string, schema: string, deli
 			deliveries: measured,
 			deliveries_per_batch: EVENTS_PER_BATCH * WEBHOOKS,
 			cpu_us_per_delivery: { client: round(clientUs), database: round(databaseUs), total: round(clientUs + databaseUs) },
-			wal_bytes_per_delivery: round(walBytes / measured),
+			postgresql_per_delivery: work,
 		};
 	} finally {
 		await db.destroy();
