@@ -91,7 +91,7 @@ async function floor(targets: SignedTarget[], ca: string, receivers: Receivers):
 		});
 	await run(FLOOR_REQUESTS / 4); // warm-up: connections, JIT
 	const before = receivers.ok;
-	await probe(receivers.child);
+	await probe(receivers.child, "cpu");
 	const cpu = process.cpuUsage();
 	const started = monotonicMs();
 	await run(FLOOR_REQUESTS);

@@ -86,7 +86,7 @@ export async function run(): Promise<object> {
 
 		await feed(WARM_UP_EVENTS);
 		await settled(WARM_UP_EVENTS);
-		await probeAll(nodes); // starts each process's CPU window
+		await probeAll(nodes, "cpu"); // starts each process's CPU window, without the delay monitor
 		const database = cpuSecondsByPid(DATABASE_PROCESSES);
 		const natsServer = cpuSecondsByPid(BROKER_PROCESSES);
 		const started = monotonicMs();

@@ -5,6 +5,7 @@
 import https from "node:https";
 import path from "node:path";
 import { startChild } from "../bench/lib/child";
+import { probe } from "../bench/lib/cluster-nodes";
 import { behaviourOf, SLOW_MS, type ReceiverReady } from "../bench/lib/receiver";
 import { Receivers } from "../bench/lib/receivers";
 import { testCertificate } from "./helpers/https-receiver";
@@ -66,6 +67,21 @@ describe("the benchmark's receivers", () => {
 		const samples = await receivers.samples();
 		expect(samples).toHaveLength(1);
 		expect(samples[0][0]).toBe(sentAt);
+	});
+
+	// bench/lib/event-loop-probe.ts, which every benchmark child runs: a window opened for CPU alone
+	// runs without the 1 ms delay monitor, and the next window watching the loop has it back. Node
+	// records the time between the monitor's firings, so a watched window reads at least 1 ms.
+	it("measures a CPU-only window without its event-loop monitor, and watches the loop again after", async () => {
+		const pause = () => new Promise(resolve => setTimeout(resolve, 100));
+		await probe(receivers.child, "cpu");
+		await pause();
+		const cpuOnly = await probe(receivers.child);
+		expect(cpuOnly).toMatchObject({ delay_p50_ms: 0, delay_max_ms: 0 });
+		expect(cpuOnly.cpu_cores).toBeGreaterThanOrEqual(0);
+		await pause();
+		const watched = await probe(receivers.child);
+		expect(watched.delay_p50_ms).toBeGreaterThanOrEqual(1);
 	});
 
 	it("keeps an endpoint's own kind on any other path", async () => {

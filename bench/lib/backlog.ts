@@ -31,7 +31,7 @@ import { orderStatusMessage } from "../../lib/schemas/deliveries";
 import { TASKING_ORDER_STATUS_TOPIC, type TaskingOrderStatusEvent } from "../../lib/schemas/events";
 import { connect, type NatsConnection } from "nats";
 import type { ChildServer } from "./child";
-import type { ProbeFigures } from "./event-loop-probe";
+import type { ProbeFigures, ProbeWindow } from "./event-loop-probe";
 import { databaseCounters, databaseWorkBetween, type DatabaseWork } from "./database-work";
 import { BROKER_PROCESSES, DATABASE_PROCESSES, cpuSecondsBetween, cpuSecondsByPid } from "./process-cpu";
 import { monotonicMs } from "./receiver";
@@ -99,7 +99,7 @@ export interface BacklogHarness {
 	/** The closed-loop throughput (deliveries/s) of `events` events on a running deployment. */
 	closedLoop(deployment: BacklogDeployment, events: number): Promise<number>;
 	orderEvent(): object;
-	probe(nodes: Array<ChildServer<unknown>>): Promise<Probe[]>;
+	probe(nodes: Array<ChildServer<unknown>>, next?: ProbeWindow): Promise<Probe[]>;
 }
 
 interface CpuPerDelivery {
@@ -179,7 +179,7 @@ async function burst(harness: BacklogHarness, deployment: BacklogDeployment, del
 	const baseRepeats = receivers.repeats;
 	const baseBytes = receivers.okBytes;
 	const claimsBefore = claimTotals(await harness.probe(deployment.dispatchers));
-	await harness.probe(processesOf(deployment, receivers)); // starts every process's CPU window
+	await harness.probe(processesOf(deployment, receivers), "cpu"); // starts every process's CPU window, without the delay monitor
 	const counters = deployment.engine === "postgresql" ? await databaseCounters(deployment.db) : undefined;
 	// Apart: the counting subscriber doubles what nats-server sends, so its CPU would not be the service's.
 	const traffic = options.countNats ? await natsTraffic(harness.natsUrl) : undefined;

@@ -6,7 +6,7 @@ import { ServiceBroker } from "moleculer";
 import { parseConfig } from "../../lib/config";
 import { intakeMiddlewares, ORDER_STATUS_CHANNEL } from "../../lib/intake-channel";
 import type { ChildServer } from "./child";
-import type { ProbeFigures } from "./event-loop-probe";
+import { PROBE_MESSAGES, type ProbeFigures, type ProbeWindow } from "./event-loop-probe";
 
 export type Probe = Omit<ProbeFigures, "type">;
 
@@ -23,8 +23,11 @@ export function serviceNodeEnv(namespace: string, natsUrl: string, dataDir: stri
 	};
 }
 
-/** A child's figures since its previous probe (bench/lib/event-loop-probe.ts), which this one resets. */
-export function probe(node: ChildServer<unknown>): Promise<Probe> {
+/**
+ * A child's figures since its previous probe (bench/lib/event-loop-probe.ts), which this one
+ * resets; the window it opens watches the child's event loop, or (`cpu`) measures its CPU alone.
+ */
+export function probe(node: ChildServer<unknown>, next: ProbeWindow = "loop"): Promise<Probe> {
 	return new Promise(resolve => {
 		const onMessage = (message: { type?: string }) => {
 			if (message?.type !== "probe") return;
@@ -33,12 +36,12 @@ export function probe(node: ChildServer<unknown>): Promise<Probe> {
 			resolve(figures);
 		};
 		node.process.on("message", onMessage);
-		node.process.send("probe");
+		node.process.send(PROBE_MESSAGES[next]);
 	});
 }
 
-export async function probeAll(nodes: Array<ChildServer<unknown>>): Promise<Probe[]> {
-	return Promise.all(nodes.map(probe));
+export async function probeAll(nodes: Array<ChildServer<unknown>>, next: ProbeWindow = "loop"): Promise<Probe[]> {
+	return Promise.all(nodes.map(node => probe(node, next)));
 }
 
 export function producerBroker(namespace: string, natsUrl: string): ServiceBroker {

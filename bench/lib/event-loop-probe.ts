@@ -2,6 +2,9 @@
 // and CPU time, read and reset by the parent over IPC ("probe" → {type: "probe", ...}), so that
 // each phase of a run (first seconds, steady state) gets figures of its own. A service node adds
 // its sender threads' figures, read from its own metrics.
+// The delay monitor is a timer every millisecond, which costs the process it measures: a mostly
+// idle one wakes a thousand times a second for it. So a window that measures CPU alone (a burst's,
+// the floor's) is opened with "probe:cpu", and the monitor stays off until the next "probe".
 import { monitorEventLoopDelay } from "node:perf_hooks";
 
 export interface ProbeFigures {
@@ -22,6 +25,10 @@ export interface ProbeFigures {
 	claims_of_webhook?: number;
 }
 
+/** What the parent sends: read this window's figures, and open the next one watching the event loop, or measuring CPU only. */
+export const PROBE_MESSAGES = { loop: "probe", cpu: "probe:cpu" } as const;
+export type ProbeWindow = keyof typeof PROBE_MESSAGES;
+
 export type SenderLoopReader = () => Promise<Pick<ProbeFigures, "sender_delay_p99_ms" | "sender_utilization" | "claims_due" | "claims_due_seconds" | "claims_of_webhook">>;
 
 export function startEventLoopProbe(readSenderLoop?: SenderLoopReader): void {
@@ -31,7 +38,7 @@ export function startEventLoopProbe(readSenderLoop?: SenderLoopReader): void {
 	let since = process.hrtime.bigint();
 	const ms = (ns: number) => Math.round(ns / 1e4) / 100;
 	process.on("message", async (message: unknown) => {
-		if (message !== "probe") return;
+		if (message !== PROBE_MESSAGES.loop && message !== PROBE_MESSAGES.cpu) return;
 		const sender = (await readSenderLoop?.()) ?? {};
 		const used = process.cpuUsage(cpu);
 		const wallUs = Number(process.hrtime.bigint() - since) / 1e3;
@@ -44,6 +51,8 @@ export function startEventLoopProbe(readSenderLoop?: SenderLoopReader): void {
 			...sender,
 		} satisfies ProbeFigures);
 		histogram.reset();
+		if (message === PROBE_MESSAGES.loop) histogram.enable();
+		else histogram.disable();
 		cpu = process.cpuUsage();
 		since = process.hrtime.bigint();
 	});
