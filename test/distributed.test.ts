@@ -1,6 +1,7 @@
 // Distributed mode: the same services split across brokers that talk over a real NATS server,
 // sharing a real PostgreSQL database. The gateway node owns no data; requests cross NATS.
 import crypto from "node:crypto";
+import { dropIntakeStreams } from "../lib/intake-channel";
 import { startStack, type Stack } from "./helpers/stack";
 import { natsEnabled, TEST_NATS_URL } from "./helpers/services";
 
@@ -29,6 +30,7 @@ describeWithNats("distributed mode over NATS", () => {
 		await gateway?.stopServices();
 		await topicsNode?.stop();
 		await gateway?.db.destroy();
+		await dropIntakeStreams(TEST_NATS_URL, namespace);
 	});
 
 	it("serves a route whose owning service runs on another node", async () => {

@@ -9,6 +9,7 @@ import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { loadConfig } from "../lib/config";
+import { dropIntakeStreams } from "../lib/intake-channel";
 import { nextAttemptCell } from "../lib/repl-commands";
 import { mintToken } from "../lib/auth";
 import { freePort } from "./helpers/net";
@@ -298,6 +299,7 @@ describeWithNats("REPL joined to a cluster over NATS, running no service", () =>
 		await repl?.stop();
 		await stack?.stop();
 		await receiver?.close();
+		await dropIntakeStreams(TEST_NATS_URL, namespace);
 	});
 
 	it("is started as docs/operations.md shows: npm run repl with only where the cluster is", () => {
