@@ -326,13 +326,21 @@ describeWithBrowser("web application in Chromium", () => {
 	});
 
 	it("shows a delivery waiting for the earlier status of its order, linked to it, then both in order", async () => {
-		// The first status's attempt is held by the receiver, so the second one waits behind it.
-		env.receiver.respondWith({ status: 200, delayMs: 8_000 });
+		const toErp = (request: { path: string; body: string }, status: string) => request.path === receiverPath("erp") && request.body.includes("o-queued") && request.body.includes(`"${status}"`);
+		// The ERP webhook's first attempt of the first status is held by the receiver, so the second
+		// status waits behind it. Only that request: the customer's other webhook gets the same
+		// statuses, and a queued answer would go to whichever request came first (when it was the
+		// other webhook's, the ERP head ended at once and the wait was over before the page looked).
+		let held = false;
+		env.receiver.setDefault(request => {
+			if (held || !toErp(request, "staged")) return { status: 200, body: "ok" };
+			held = true;
+			return { status: 200, delayMs: 8_000 };
+		});
 		const status = (name: string, at: string) => ({ event_id: crypto.randomUUID(), customer_id: customer, user_id: user, order_id: "o-queued", status: name, occurred_at: at });
 		const staged = status("staged", "2026-11-21T10:00:00.000Z");
 		const inProgress = status("in progress", "2026-11-21T10:05:00.000Z");
 		await env.stack.app.broker.call("dispatcher.publish", staged);
-		const toErp = (request: { path: string; body: string }, status: string) => request.path === receiverPath("erp") && request.body.includes("o-queued") && request.body.includes(`"${status}"`);
 		await env.receiver.waitFor(request => toErp(request, "staged"));
 		await env.stack.app.broker.call("dispatcher.publish", inProgress);
 		const head = await env.stack.db("deliveries").where({ event_id: staged.event_id, webhook_id: webhookId }).first();
@@ -359,6 +367,7 @@ describeWithBrowser("web application in Chromium", () => {
 		await env.receiver.waitFor(request => toErp(request, "in progress"), 30_000);
 		const arrived = env.receiver.requests.filter(request => request.path === receiverPath("erp") && request.body.includes("o-queued")).map(request => (JSON.parse(request.body) as { data: { status: string } }).data.status);
 		expect(arrived).toEqual(["staged", "in progress"]);
+		env.receiver.setDefault({ status: 200, body: "ok" });
 	});
 
 	it("deletes only after a confirmation, usable by keyboard", async () => {
