@@ -9,6 +9,7 @@ import fs from "node:fs";
 import net from "node:net";
 import os from "node:os";
 import path from "node:path";
+import knex from "knex";
 import { freePort } from "./helpers/net";
 import { ensureBuilt } from "./helpers/compiled-build";
 import { startNatsServer, type NatsServer } from "./helpers/nats-server";
@@ -283,10 +284,11 @@ describe("the server process", () => {
 			expect(command).toEqual(["npm", "run", "cluster"]);
 			const opsBase = await consecutiveFreePorts(4);
 			const namespace = `recipe-${process.pid}`;
+			const schema = `recipe_${process.pid}`;
 			const running = run(command, {
 				TRANSPORTER: TEST_NATS_URL,
 				DATABASE_URL: TEST_DATABASE_URL,
-				DATABASE_SCHEMA: `recipe_${process.pid}`,
+				DATABASE_SCHEMA: schema,
 				NAMESPACE: namespace,
 				DATA_DIR: dataDir(),
 				HOST: "127.0.0.1",
@@ -313,8 +315,11 @@ describe("the server process", () => {
 				expect(running.output().match(/ServiceBroker is stopped/g)).toHaveLength(4);
 			} finally {
 				if (running.child.exitCode === null) process.kill(-running.child.pid!, "SIGKILL");
-				// The shared JetStream server keeps streams: remove this test's.
+				// The shared JetStream server keeps streams, and the shared PostgreSQL schemas: remove this test's.
 				await dropIntakeStreams(TEST_NATS_URL, namespace);
+				const db = knex({ client: "pg", connection: TEST_DATABASE_URL });
+				await db.raw(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`);
+				await db.destroy();
 			}
 		}, 240_000);
 	});
