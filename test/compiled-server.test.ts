@@ -14,13 +14,12 @@ import os from "node:os";
 import path from "node:path";
 import { ServiceBroker, type Middleware } from "moleculer";
 import { Middleware as ChannelsMiddleware } from "@moleculer/channels";
-import knex from "knex";
 import { verifyWebhook } from "@satellite-webhooks/sdk";
 import { ensureBuilt, imageLayout, type ImageLayout } from "./helpers/compiled-build";
 import { startHttpsReceiver, type HttpsReceiver } from "./helpers/https-receiver";
 import { startSmtpServer, type TestSmtpServer } from "./helpers/smtp-server";
 import { freePort } from "./helpers/net";
-import { natsEnabled, TEST_DATABASE_URL, TEST_NATS_URL, testDatabases } from "./helpers/services";
+import { dropTestSchema, natsEnabled, TEST_DATABASE_URL, TEST_NATS_URL, testDatabases } from "./helpers/services";
 import { waitUntil } from "./helpers/delivery-stack";
 import { dropIntakeStreams } from "../lib/intake-channel";
 import { TASKING_ORDER_STATUS_EVENT } from "../lib/schemas/events";
@@ -131,9 +130,7 @@ describeWithNats.each(testDatabases())("the compiled server (node dist/server.js
 		await smtp?.close();
 		await dropIntakeStreams(TEST_NATS_URL, namespace);
 		if (database === "postgres") {
-			const db = knex({ client: "pg", connection: TEST_DATABASE_URL });
-			await db.raw(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`);
-			await db.destroy();
+			await dropTestSchema(schema);
 		}
 		layout?.remove();
 		fs.rmSync(dataDir, { recursive: true, force: true });

@@ -9,11 +9,10 @@ import fs from "node:fs";
 import net from "node:net";
 import os from "node:os";
 import path from "node:path";
-import knex from "knex";
 import { freePort } from "./helpers/net";
 import { ensureBuilt } from "./helpers/compiled-build";
 import { startNatsServer, type NatsServer } from "./helpers/nats-server";
-import { natsEnabled, TEST_DATABASE_URL, TEST_NATS_URL } from "./helpers/services";
+import { dropTestSchema, natsEnabled, TEST_DATABASE_URL, TEST_NATS_URL } from "./helpers/services";
 import { dropIntakeStreams } from "../lib/intake-channel";
 
 const ROOT = path.resolve(__dirname, "..");
@@ -317,9 +316,7 @@ describe("the server process", () => {
 				if (running.child.exitCode === null) process.kill(-running.child.pid!, "SIGKILL");
 				// The shared JetStream server keeps streams, and the shared PostgreSQL schemas: remove this test's.
 				await dropIntakeStreams(TEST_NATS_URL, namespace);
-				const db = knex({ client: "pg", connection: TEST_DATABASE_URL });
-				await db.raw(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`);
-				await db.destroy();
+				await dropTestSchema(schema);
 			}
 		}, 240_000);
 	});

@@ -10,10 +10,9 @@ import crypto from "node:crypto";
 import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
-import knex from "knex";
 import { dropIntakeStreams } from "../lib/intake-channel";
 import { startStack, type Stack } from "./helpers/stack";
-import { natsEnabled, testDatabases, TEST_DATABASE_URL, TEST_NATS_URL, type DatabaseKind } from "./helpers/services";
+import { dropTestSchema, natsEnabled, testDatabases, TEST_DATABASE_URL, TEST_NATS_URL, type DatabaseKind } from "./helpers/services";
 import { startSmtpServer, type TestSmtpServer } from "./helpers/smtp-server";
 import type { OutboxEntry } from "../services/notifier.service";
 
@@ -100,9 +99,7 @@ class CrashCluster {
 		// The namespace is this cluster's alone: its streams would stay on the shared NATS server.
 		await dropIntakeStreams(TEST_NATS_URL, this.namespace);
 		if (this.schema) {
-			const db = knex({ client: "pg", connection: TEST_DATABASE_URL });
-			await db.raw(`DROP SCHEMA IF EXISTS "${this.schema}" CASCADE`);
-			await db.destroy();
+			await dropTestSchema(this.schema);
 		}
 		if (this.childDataDir) fs.rmSync(this.childDataDir, { recursive: true, force: true });
 	}

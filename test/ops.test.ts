@@ -5,10 +5,9 @@ import fs from "node:fs";
 import net from "node:net";
 import os from "node:os";
 import path from "node:path";
-import knex from "knex";
 import { createApp, type App } from "../app";
 import { parseConfig, resolveSecrets, ALL_SERVICES } from "../lib/config";
-import { natsEnabled, testDatabases, TEST_DATABASE_URL, type DatabaseKind } from "./helpers/services";
+import { dropTestSchema, natsEnabled, testDatabases, TEST_DATABASE_URL, type DatabaseKind } from "./helpers/services";
 import { startNatsServer } from "./helpers/nats-server";
 
 interface OpsApp {
@@ -43,9 +42,7 @@ async function startWithOps(database: DatabaseKind, env: Record<string, string> 
 		async stop() {
 			await app.stop();
 			if (schema && config.DATABASE_URL) {
-				const admin = knex({ client: "pg", connection: TEST_DATABASE_URL, pool: { min: 0, max: 1 } });
-				await admin.raw(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`);
-				await admin.destroy();
+				await dropTestSchema(schema);
 			}
 			fs.rmSync(dataDir, { recursive: true, force: true });
 		},
@@ -145,9 +142,7 @@ describe("health when a dependency is down", () => {
 		} finally {
 			accepting = true;
 			await ops.app.stop();
-			const admin = knex({ client: "pg", connection: TEST_DATABASE_URL, pool: { min: 0, max: 1 } });
-			await admin.raw(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`);
-			await admin.destroy();
+			await dropTestSchema(schema);
 			fs.rmSync(ops.dataDir, { recursive: true, force: true });
 			await new Promise(resolve => relay.close(resolve));
 		}

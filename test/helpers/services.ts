@@ -1,9 +1,20 @@
 // Which external servers the suites can use. In CI (CI=true) PostgreSQL and NATS must be up:
 // a suite that needs them fails rather than skips. On a laptop without them it skips, saying so.
 import net from "node:net";
+import knex from "knex";
 
 export const TEST_DATABASE_URL = process.env.TEST_DATABASE_URL ?? "postgres://postgres@127.0.0.1:5432/test";
 export const TEST_NATS_URL = process.env.TEST_NATS_URL ?? "nats://127.0.0.1:4222";
+
+/** Drops a schema a test made on the shared PostgreSQL, with everything in it, through a connection of its own. */
+export async function dropTestSchema(schema: string): Promise<void> {
+	const admin = knex({ client: "pg", connection: TEST_DATABASE_URL, pool: { min: 0, max: 1 } });
+	try {
+		await admin.raw(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`);
+	} finally {
+		await admin.destroy();
+	}
+}
 
 function canConnect(url: string, defaultPort: number): Promise<boolean> {
 	const { hostname, port } = new URL(url);
