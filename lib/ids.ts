@@ -13,6 +13,19 @@ import crypto from "node:crypto";
 const COUNTER_LIMIT = 0xfff;
 let lastMs = -1;
 let counter = 0;
+// The id's first 15 characters (its time and version) for lastMs: a burst makes tens of ids a
+// millisecond, and writing a 48-bit number in hex is the costliest step of making one.
+let timePrefixMs = -1;
+let timePrefix = "";
+
+function prefixFor(ms: number): string {
+	if (ms !== timePrefixMs) {
+		const time = ms.toString(16).padStart(12, "0");
+		timePrefix = `${time.slice(0, 8)}-${time.slice(8, 12)}-7`;
+		timePrefixMs = ms;
+	}
+	return timePrefix;
+}
 
 export function timeOrderedUuid(now = Date.now()): string {
 	// randomUUID draws from a pooled random buffer: much cheaper than randomBytes per id. Its
@@ -29,8 +42,7 @@ export function timeOrderedUuid(now = Date.now()): string {
 		lastMs = now;
 		counter = parseInt(random.slice(15, 18), 16) & 0x7ff;
 	}
-	const time = lastMs.toString(16).padStart(12, "0");
-	return `${time.slice(0, 8)}-${time.slice(8, 12)}-7${counter.toString(16).padStart(3, "0")}${random.slice(18)}`;
+	return `${prefixFor(lastMs)}${counter.toString(16).padStart(3, "0")}${random.slice(18)}`;
 }
 
 /** When a time-ordered id was made (Unix ms), or null for an id of another version. */

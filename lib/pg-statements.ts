@@ -89,7 +89,29 @@ export function unnestColumns(columns: ReadonlyArray<readonly [name: string, typ
 	return `unnest(${arrays})${ordinality ? " WITH ORDINALITY" : ""} AS ${alias}(${names.join(", ")})`;
 }
 
-/** The values for unnestColumns: one array per column, in the same order. */
-export function columnArrays<Row>(rows: Row[], columns: ReadonlyArray<(row: Row) => unknown>): unknown[][] {
-	return columns.map(valueOf => rows.map(valueOf));
+/** A value of a column that travels in an array: text, integer or boolean, or NULL. */
+export type ArrayElement = string | number | boolean | null | undefined;
+
+// In a JSON text every backslash starts an escape; this finds one other than \" or \\.
+const ESCAPE_PG_READS_OTHERWISE = /\\[^"\\]/;
+const QUOTE_OR_BACKSLASH = /["\\]/g;
+
+/**
+ * A PostgreSQL array literal (`{"a","b\"c",NULL,1,true}`) of the values, for a `$n::type[]`
+ * parameter. pg would build it from a JS array element by element, two regex replaces each: a
+ * tenth of a dispatcher's main thread in a burst. JSON.stringify writes the same text natively
+ * whenever the only escapes it makes are \" and \\, which the array syntax reads alike, and
+ * its null is the array's NULL. A string with a control character or a lone surrogate (JSON
+ * escapes those as \n or \uXXXX, which the array syntax would read as "n" or "uXXXX") is
+ * quoted element by element instead.
+ */
+export function arrayLiteral(values: readonly ArrayElement[]): string {
+	const json = JSON.stringify(values);
+	if (!ESCAPE_PG_READS_OTHERWISE.test(json)) return `{${json.slice(1, -1)}}`;
+	return `{${values.map(value => (value == null ? "NULL" : typeof value === "string" ? `"${value.replace(QUOTE_OR_BACKSLASH, "\\$&")}"` : String(value))).join(",")}}`;
+}
+
+/** The values for unnestColumns: one array literal per column, in the same order. */
+export function columnArrays<Row>(rows: Row[], columns: ReadonlyArray<(row: Row) => ArrayElement>): string[] {
+	return columns.map(valueOf => arrayLiteral(rows.map(valueOf)));
 }

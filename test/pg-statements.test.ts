@@ -8,8 +8,9 @@
 // while the table was empty, and 0.84 ms prepared anew. And a statement that a schema change made
 // PostgreSQL refuse is prepared again under a new name.
 import knex, { type Knex } from "knex";
-import { preparedNameFor, runPrepared, type PgConnection, type PreparedStatement } from "../lib/pg-statements";
+import { arrayLiteral, preparedNameFor, runPrepared, type ArrayElement, type PgConnection, type PreparedStatement } from "../lib/pg-statements";
 import { postgresBinDir, startPostgresServer, type PostgresServer } from "./helpers/postgres-server";
+import { TEST_DATABASE_URL } from "./helpers/services";
 
 // A server of its own (PostgreSQL's programs are on every CI machine): see beforeAll.
 const describeWithPostgresPrograms = postgresBinDir() || process.env.CI === "true" ? describe : describe.skip;
@@ -28,6 +29,52 @@ describe("preparedNameFor", () => {
 		// Counted per connection and per statement.
 		expect(preparedNameFor({} as PgConnection, statement)).toBe("s");
 		expect(preparedNameFor(connection, { name: "t", text: "select 2" })).toBe("t");
+	});
+});
+
+describe("arrayLiteral", () => {
+	it("writes what JSON.stringify writes between braces when its only escapes are of quotes and backslashes", () => {
+		expect(arrayLiteral(["a", 'say "hi"', "ends\\", null, undefined, "", "NULL"])).toBe('{"a","say \\"hi\\"","ends\\\\",null,null,"","NULL"}');
+		expect(arrayLiteral([1, -2, null])).toBe("{1,-2,null}");
+		expect(arrayLiteral([true, false, null])).toBe("{true,false,null}");
+		expect(arrayLiteral([])).toBe("{}");
+	});
+
+	it("quotes element by element when a string holds a control character, a lone surrogate or a backslash before a letter", () => {
+		expect(arrayLiteral(["line\nbreak", 'a "b"', null])).toBe('{"line\nbreak","a \\"b\\"",NULL}');
+		expect(arrayLiteral(["\ud800", 1])).toBe('{"\ud800",1}');
+		expect(arrayLiteral(["x\\n"])).toBe('{"x\\\\n"}');
+	});
+});
+
+// Read back through PostgreSQL's own array input: what arrayLiteral writes and what pg writes for
+// the same JS array must give the same array, for text as hostile as a customer's payload can be.
+const describeOnPostgres = process.env.TEST_POSTGRES === "yes" ? describe : describe.skip;
+
+describeOnPostgres("arrayLiteral read by PostgreSQL", () => {
+	let db: Knex;
+	let connection: { query(text: string, values: unknown[]): Promise<{ rows: Array<{ a: unknown[] }> }> };
+	beforeAll(async () => {
+		db = knex({ client: "pg", connection: TEST_DATABASE_URL, pool: { min: 0, max: 1 } });
+		// pg's own connection: knex would refuse the undefined in a bound JS array before pg encodes it.
+		connection = await db.client.acquireConnection();
+	});
+	afterAll(async () => {
+		if (connection) await db.client.releaseConnection(connection);
+		await db?.destroy();
+	});
+
+	const readBack = async (type: string, value: unknown): Promise<unknown[]> => (await connection.query(`SELECT $1::${type}[] AS a`, [value])).rows[0].a;
+
+	it.each<[string, ArrayElement[]]>([
+		["text", ["plain", 'say "hi"', "back\\slash", "\\\"", "{braces}", "a,b", " padded ", "", "NULL", "null", null, undefined, "é ü 漢字 🛰️", '{"json":["body",1]}']],
+		["text", ["tab\there", "line\nbreak", "\u0001\u001f", "ends with \\", "\\n is not a newline", "\ud83d lone high", "low \udc00"]],
+		["integer", [0, 1, -1, 2_147_483_647, null]],
+		["boolean", [true, false, null]],
+	])("reads %s %j as pg's own encoding of it does", async (type, values) => {
+		const ours = await readBack(type, arrayLiteral(values));
+		expect(ours).toEqual(await readBack(type, values));
+		expect(ours).toHaveLength(values.length);
 	});
 });
 

@@ -15,7 +15,7 @@ import type { Knex } from "knex";
 import type { Context } from "moleculer";
 import { isPostgres, nowIso } from "../db.mixin";
 import { inSqliteTransaction, type SqliteConnection } from "../../lib/sqlite-statements";
-import { runPrepared, type PreparedStatement } from "../../lib/pg-statements";
+import { arrayLiteral, runPrepared, type PreparedStatement } from "../../lib/pg-statements";
 import { ORDER_HEAD_PREDICATE, distinctQueues, orderHeadPredicate, queueKey, type OrderQueue } from "../../lib/order-queues";
 import { WEBHOOK_EVENTS, type WebhookChangedEvent } from "../../lib/schemas/webhooks";
 import type { DeliveryRow, DeliveryUpdate, DispatcherMixin, DispatcherThis } from "./shared";
@@ -74,7 +74,7 @@ const PROMOTE_POSTGRES: PreparedStatement = {
 /** PostgreSQL: locks the queues, then promotes, in one statement of its own. Returns how many were promoted. */
 export async function promoteNextPostgres(db: Knex, queues: OrderQueue[], now: string): Promise<number> {
 	if (queues.length === 0) return 0;
-	const [row] = await runPrepared<{ promoted: number }>(db, PROMOTE_POSTGRES, [queues.map(queue => queue.webhookId), queues.map(queue => queue.orderKey), now]);
+	const [row] = await runPrepared<{ promoted: number }>(db, PROMOTE_POSTGRES, [arrayLiteral(queues.map(queue => queue.webhookId)), arrayLiteral(queues.map(queue => queue.orderKey)), now]);
 	return row.promoted;
 }
 

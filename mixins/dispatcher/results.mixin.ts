@@ -12,7 +12,7 @@ import type { Knex } from "knex";
 import { isPostgres, nowIso } from "../db.mixin";
 import { endedQueues, mayEndHeads, promoteNextSqlite } from "./order-queues.mixin";
 import { inSqliteTransaction, sqliteBoolean, type SqliteConnection } from "../../lib/sqlite-statements";
-import { columnArrays, runPrepared, unnestColumns, type PreparedStatement } from "../../lib/pg-statements";
+import { columnArrays, runPrepared, unnestColumns, type ArrayElement, type PreparedStatement } from "../../lib/pg-statements";
 import { scheduleNextAttempt } from "../../lib/retry-schedule";
 import { honourRetryAfter } from "../../lib/retry-after";
 import { timeOfOrderedUuid } from "../../lib/ids";
@@ -27,7 +27,7 @@ import {
 } from "./shared";
 
 // What a result write carries per delivery, as PostgreSQL columns: name, type, value.
-const RESULT_COLUMNS: ReadonlyArray<readonly [string, string, (update: DeliveryUpdate) => unknown]> = [
+const RESULT_COLUMNS: ReadonlyArray<readonly [string, string, (update: DeliveryUpdate) => ArrayElement]> = [
 	["id", "text", update => update.delivery.id],
 	["lease_id", "text", update => update.delivery.leaseId],
 	["status", "text", update => update.status],
