@@ -1,14 +1,15 @@
 // Logs and request ids: a real server process in production mode writes JSON lines; the id the
 // gateway takes from a safe X-Request-Id (or makes up) is echoed in the response and appears on
 // the log lines of every service the request reached; no secret or token reaches the log.
-import { spawn, type ChildProcess } from "node:child_process";
+import { execFileSync, spawn, type ChildProcess } from "node:child_process";
 import crypto from "node:crypto";
 import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { SignJWT } from "jose";
 import { requestIdFrom } from "../lib/gateway-policy";
-import { logFormatter, redactSecrets } from "../lib/logging";
+import type { Context } from "moleculer";
+import { currentRequestId, logFormatter, redactSecrets, RequestScopeMiddleware } from "../lib/logging";
 import { freePort } from "./helpers/net";
 import { waitUntil } from "./helpers/delivery-stack";
 
@@ -46,6 +47,73 @@ describe("log formatting", () => {
 		const jwt = "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJhIn0.c2lnbmF0dXJl";
 		const text = redactSecrets(`secret whsec_AAAABBBB+/== header Bearer ${jwt} bare ${jwt}`);
 		expect(text).toBe("secret whsec_[redacted] header Bearer [redacted] bare [redacted token]");
+	});
+});
+
+describe("the request scope around handlers", () => {
+	type Handler = (ctx: Context) => unknown;
+	const scoped = (handler: Handler) => (RequestScopeMiddleware as unknown as { localAction(next: Handler): Handler }).localAction(handler);
+	const call = (handler: Handler, requestID: string) => handler({ requestID } as Context);
+
+	it("keeps each handler's request id through its awaits while others start and end, and leaves no promise hooks on once all have ended", async () => {
+		const seen: Array<[string, string | undefined]> = [];
+		let releaseFirst!: () => void;
+		const first = call(
+			scoped(async () => {
+				seen.push(["first", currentRequestId()]);
+				await new Promise<void>(resolve => (releaseFirst = resolve));
+				await new Promise(resolve => setImmediate(resolve));
+				seen.push(["first, after the second ended", currentRequestId()]);
+			}),
+			"req-first",
+		);
+		await call(
+			scoped(async () => {
+				await null;
+				seen.push(["second", currentRequestId()]);
+			}),
+			"req-second",
+		);
+		releaseFirst();
+		await first;
+		expect(seen).toEqual([
+			["first", "req-first"],
+			["second", "req-second"],
+			["first, after the second ended", "req-first"],
+		]);
+		expect(currentRequestId()).toBeUndefined();
+	});
+
+	it("closes the scope of a handler that throws or rejects", async () => {
+		expect(() =>
+			call(
+				scoped(() => {
+					throw new Error("thrown");
+				}),
+				"req-throws",
+			),
+		).toThrow("thrown");
+		await expect(call(scoped(async () => Promise.reject(new Error("rejected"))), "req-rejects")).rejects.toThrow("rejected");
+		expect(call(scoped(() => currentRequestId()), "req-sync")).toBe("req-sync");
+		expect(currentRequestId()).toBeUndefined();
+	});
+
+	// In a process of its own: Jest's own environment keeps promise hooks on. Node gives a
+	// promise's continuation an async id of its own only while promise hooks are on; Node 24's
+	// AsyncLocalStorage never turns them on.
+	it("turns promise hooks on only while a handler holds a scope (Node 20)", () => {
+		const probe = `
+			const { executionAsyncId } = require("node:async_hooks");
+			const { RequestScopeMiddleware } = require("./lib/logging");
+			const hooksOn = async () => { await null; return executionAsyncId() !== 0; };
+			(async () => {
+				const before = await hooksOn();
+				const during = await RequestScopeMiddleware.localAction(() => hooksOn())({ requestID: "req-probe" });
+				process.stdout.write(JSON.stringify({ before, during, after: await hooksOn() }));
+			})();`;
+		const output = execFileSync(process.execPath, ["--import", "tsx", "-e", probe], { cwd: path.join(__dirname, ".."), encoding: "utf8" });
+		const promiseHooksOnNode = Number(process.versions.node.split(".")[0]) < 24;
+		expect(JSON.parse(output)).toEqual({ before: false, during: promiseHooksOnNode, after: false });
 	});
 });
 
