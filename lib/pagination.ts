@@ -1,5 +1,10 @@
 // Keyset pagination with opaque tokens: stable under inserts, no OFFSET scans.
+import { z } from "zod";
 import { invalidField } from "./errors";
+
+// Every list paged here is of rows with UUID ids (webhooks, deliveries); on PostgreSQL a delivery's
+// id is a uuid column, where any other text in the token would be a database error, not a 422.
+const CursorFields = z.tuple([z.string().max(40), z.uuid()]);
 
 export interface Cursor {
 	/** ISO timestamp of the last row returned. */
@@ -15,10 +20,8 @@ export function encodeCursor(cursor: Cursor): string {
 export function decodeCursor(token: string | undefined): Cursor | undefined {
 	if (token === undefined) return undefined;
 	try {
-		const parsed: unknown = JSON.parse(Buffer.from(token, "base64url").toString("utf8"));
-		if (Array.isArray(parsed) && parsed.length === 2 && typeof parsed[0] === "string" && typeof parsed[1] === "string") {
-			return { at: parsed[0], id: parsed[1] };
-		}
+		const parsed = CursorFields.safeParse(JSON.parse(Buffer.from(token, "base64url").toString("utf8")));
+		if (parsed.success) return { at: parsed.data[0], id: parsed.data[1] };
 	} catch {
 		// fall through to the validation error below
 	}

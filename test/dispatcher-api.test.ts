@@ -6,6 +6,9 @@ import { expectProblem, startStack } from "./helpers/stack";
 import { testDatabases } from "./helpers/services";
 import { SHORT_RETRY_SCHEDULE, startDeliveryStack, verified, waitUntil, type CreatedWebhook, type DeliveryStack, type OrderEvent } from "./helpers/delivery-stack";
 
+// A page token as the API makes them: base64url of [time, id].
+const pageToken = (fields: unknown) => Buffer.from(JSON.stringify(fields)).toString("base64url");
+
 describe.each(testDatabases())("dispatcher API on %s", database => {
 	let env: DeliveryStack;
 
@@ -198,7 +201,7 @@ describe.each(testDatabases())("dispatcher API on %s", database => {
 			expectProblem(await request("GET", `/id/v3/webhooks/${webhook.id}/deliveries/not-a-uuid`, alice.token), 422);
 			expectProblem(await request("GET", "/id/v3/webhooks/not-a-uuid/deliveries", alice.token), 422);
 			expectProblem(await request("POST", `/id/v3/webhooks/${webhook.id}/deliveries/${row.id}x/retry`, alice.token), 422);
-			for (const query of ["status=delivered", "per_page=0", "per_page=101", "per_page=abc", "token=%%%", "token=bm9wZQ", "unknown=1"]) {
+			for (const query of ["status=delivered", "per_page=0", "per_page=101", "per_page=abc", "token=%%%", "token=bm9wZQ", `token=${pageToken(["2026-11-28T00:00:00.000Z", "x' OR '1'='1"])}`, "unknown=1"]) {
 				const response = await request("GET", `/id/v3/webhooks/${webhook.id}/deliveries?${query}`, alice.token);
 				expectProblem(response, 422);
 				expect(response.body.errors.length).toBeGreaterThan(0);
