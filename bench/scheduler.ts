@@ -46,7 +46,7 @@ async function seedFuture(db: Knex, count: number): Promise<void> {
 	if (isPostgres(db)) {
 		await db.raw(
 			`INSERT INTO deliveries (${columns})
-			SELECT '10000000-0000-7000-8000-' || lpad(i::text, 12, '0'),
+			SELECT ('10000000-0000-7000-8000-' || lpad(i::text, 12, '0'))::uuid,
 				'00000000-0000-4000-8000-' || lpad((i % ?)::text, 12, '0'),
 				'20000000-0000-4000-8000-' || lpad((i / ?)::text, 12, '0'),
 				'bench', 'pending',

@@ -9,6 +9,7 @@ import knex, { type Knex } from "knex";
 import { runMigrations } from "../mixins/db.mixin";
 import { dispatcherMigrations } from "../migrations/dispatcher";
 import { promoteNextPostgres } from "../mixins/dispatcher/order-queues.mixin";
+import { timeOrderedUuid } from "../lib/ids";
 import { scratchDatabase, type ScratchDatabase } from "./helpers/scratch-database";
 import { newCustomer, orderEvent, startDeliveryStack, verified, waitUntil, type DeliveryStack } from "./helpers/delivery-stack";
 import { PARKED_RECHECK_POLLS, type DispatcherThis } from "../mixins/dispatcher/shared";
@@ -40,7 +41,7 @@ describeOnPostgres("the promotion of an order queue's next delivery on PostgreSQ
 	async function status(db: typeof scratch.db, orderKey: string, second: number, state: "ended" | "head" | "waiting"): Promise<string> {
 		rows += 1;
 		const eventId = `evt-${orderKey}-${rows}`;
-		const id = `dlv-${orderKey}-${rows}`;
+		const id = timeOrderedUuid(); // the dispatcher's own ids are uuid on PostgreSQL (migration 016)
 		await db("delivery_messages").insert({ event_id: eventId, customer_id: "cus", user_id: "usr", type: "tasking.order_status", body: "{}", occurred_at: at(second), created_at: at(second) });
 		await db("deliveries").insert({
 			id,

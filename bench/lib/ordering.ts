@@ -217,7 +217,7 @@ async function addWaiting(deployment: OrderingDeployment, webhookIds: string[], 
 	const now = new Date().toISOString();
 	const later = new Date(Date.now() + 7 * 24 * 3_600_000).toISOString();
 	const pg = engine === "postgresql";
-	const newId = pg ? "gen_random_uuid()::text" : "lower(hex(randomblob(16)))";
+	const newId = pg ? "gen_random_uuid()" : "lower(hex(randomblob(16)))"; // a delivery's id is uuid on PostgreSQL
 	const text = (expression: string) => (pg ? `(${expression})::text` : `(${expression})`);
 	const numbers = (count: number) => (pg ? `generate_series(0, ${count - 1}) AS n(i)` : `(WITH RECURSIVE s(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM s WHERE i < ${count - 1}) SELECT i FROM s) AS n`);
 	const messageColumns = "event_id, customer_id, user_id, type, body, occurred_at, created_at";

@@ -42,6 +42,8 @@ const MESSAGE_COLUMNS = ["event_id", "customer_id", "user_id", "type", "body", "
 const DELIVERY_COLUMNS = ["id", "event_id", "webhook_id", "customer_id", "status", "next_attempt_at", "lease_id", "order_key", "created_at", "updated_at"] as const satisfies ReadonlyArray<keyof NewDeliveryRow>;
 const MESSAGE_VALUES = MESSAGE_COLUMNS.map(column => (row: MessageRow) => row[column]);
 const DELIVERY_VALUES = DELIVERY_COLUMNS.map(column => (row: NewDeliveryRow) => row[column]);
+// PostgreSQL's type of each delivery column, for the unnest arrays: the dispatcher's own ids are uuid (migration 016).
+const DELIVERY_COLUMN_TYPES = DELIVERY_COLUMNS.map(column => [column, column === "id" || column === "lease_id" ? "uuid" : "text"] as const);
 
 // A delivery whose order's queue already has a head goes in as waiting: out of the due index,
 // without a lease, until the head ends (results.mixin.ts promotes the next one).
@@ -89,7 +91,7 @@ function insertEventsSqlite(connection: SqliteConnection, messages: MessageRow[]
 
 /**
  * PostgreSQL: the new messages and the deliveries of those in one statement (one round trip),
- * each column an array (every column here is text). Deliveries that meet their queue's head go
+ * each column an array (text, but for the deliveries' own ids). Deliveries that meet their queue's head go
  * in as waiting, in the same statement: `waiting` reads what `d` left out. The head's insert
  * waits for a concurrent transaction that inserted a head of the same queue, then sees it.
  * Within a batch only the first delivery of a queue, by its place in the arrays (`ord`: the
@@ -106,7 +108,7 @@ const INSERT_EVENTS_POSTGRES: PreparedStatement = {
 		ON CONFLICT (event_id) DO NOTHING RETURNING event_id
 	), v AS MATERIALIZED (
 		SELECT u.*, ROW_NUMBER() OVER (PARTITION BY u.webhook_id, u.order_key ORDER BY u.ord) AS turn
-		FROM ${unnestColumns(DELIVERY_COLUMNS.map(column => [column, "text"] as const), MESSAGE_COLUMNS.length + 1, "u", "ord")}
+		FROM ${unnestColumns(DELIVERY_COLUMN_TYPES, MESSAGE_COLUMNS.length + 1, "u", "ord")}
 		WHERE u.event_id IN (SELECT event_id FROM m)
 	), d AS (
 		INSERT INTO deliveries (${DELIVERY_COLUMNS.join(", ")})

@@ -28,8 +28,8 @@ import {
 
 // What a result write carries per delivery, as PostgreSQL columns: name, type, value.
 const RESULT_COLUMNS: ReadonlyArray<readonly [string, string, (update: DeliveryUpdate) => ArrayElement]> = [
-	["id", "text", update => update.delivery.id],
-	["lease_id", "text", update => update.delivery.leaseId],
+	["id", "uuid", update => update.delivery.id],
+	["lease_id", "uuid", update => update.delivery.leaseId],
 	["status", "text", update => update.status],
 	["attempt_count", "integer", update => update.attemptCount],
 	["next_attempt_at", "text", update => update.nextAttemptAt],
