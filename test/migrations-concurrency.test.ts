@@ -82,5 +82,5 @@ describeOnPostgres("migrations run by instances starting together on PostgreSQL"
 		await uuidOwnIds.up(db);
 		expect((await indexKeyCollations(admin)).filter(key => textual(key.type) && key.collation !== "C")).toEqual([]);
 		expect(await typesOf(ownIds)).toEqual(["uuid", "uuid"]);
-		});
+	});
 });
