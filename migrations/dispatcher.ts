@@ -42,10 +42,9 @@ const CREATE_ATTEMPT_LOG_VIEW = `CREATE VIEW delivery_attempt_log AS
 // The ids the dispatcher makes for its own rows (016): a delivery's id (UUID version 7, lib/ids.ts),
 // its lease's (crypto.randomUUID) and an attempt's delivery. The columns of other services' ids
 // (event, webhook) join tables and messages that are not the dispatcher's alone, and stay text.
-const OWN_UUID_COLUMNS: Array<[table: string, column: string]> = [
-	["deliveries", "id"],
-	["deliveries", "lease_id"],
-	["delivery_attempts", "delivery_id"],
+const OWN_UUID_COLUMNS: Array<[table: string, columns: string[]]> = [
+	["deliveries", ["id", "lease_id"]],
+	["delivery_attempts", ["delivery_id"]],
 ];
 const ATTEMPTS_DELIVERY_FK = "delivery_attempts_delivery_id_foreign";
 
@@ -53,9 +52,8 @@ const ATTEMPTS_DELIVERY_FK = "delivery_attempts_delivery_id_foreign";
 async function setOwnIdType(db: Knex, type: string): Promise<void> {
 	await db.raw("DROP VIEW delivery_attempt_log");
 	await db.raw(`ALTER TABLE delivery_attempts DROP CONSTRAINT ${ATTEMPTS_DELIVERY_FK}`);
-	for (const table of new Set(OWN_UUID_COLUMNS.map(([name]) => name))) {
-		const changes = OWN_UUID_COLUMNS.filter(([name]) => name === table).map(([, column]) => `ALTER COLUMN ${column} TYPE ${type} USING ${column}::${type}`);
-		await db.raw(`ALTER TABLE ${table} ${changes.join(", ")}`);
+	for (const [table, columns] of OWN_UUID_COLUMNS) {
+		await db.raw(`ALTER TABLE ${table} ${columns.map(column => `ALTER COLUMN ${column} TYPE ${type} USING ${column}::${type}`).join(", ")}`);
 	}
 	await db.raw(`ALTER TABLE delivery_attempts ADD CONSTRAINT ${ATTEMPTS_DELIVERY_FK} FOREIGN KEY (delivery_id) REFERENCES deliveries (id) ON DELETE CASCADE`);
 	await db.raw(CREATE_ATTEMPT_LOG_VIEW);
@@ -420,7 +418,7 @@ export const dispatcherMigrations: Migration[] = [
 		// PostgreSQL kept the dispatcher's own ids as 36 characters of text in every index they are
 		// in (the primary key, the delivery log's and the pending-by-webhook one) and compared them
 		// as text. As uuid they are 16 bytes compared as such: in a replay of intake and result
-		// writes (docs/benchmarks.md, 2026-11-28 17:10) PostgreSQL spent about 12 % less CPU and wrote
+		// writes (docs/benchmarks.md, 2026-11-28 16:13–17:45) PostgreSQL spent about 12 % less CPU and wrote
 		// 9 % less WAL per delivery. The API takes these ids only as UUIDs (lib/schemas), and uuid
 		// order is the text's order, so the delivery log and claims order rows as before. SQLite
 		// keeps text.
