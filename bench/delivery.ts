@@ -55,7 +55,7 @@ import { generateWebhookSecret } from "../lib/crypto";
 import { testCertificate } from "../test/helpers/https-receiver";
 import { startChild } from "./lib/child";
 import { probe, probeAll, type Probe } from "./lib/cluster-nodes";
-import { closedLoopRate, CONCURRENCY, DATABASE_URL, deploy, type Deployment, EVENTS, LATENCY_ROUNDS, NATS_URL, OFFERED, orderEvent, removeStreams, throughput, WARM_UP_EVENTS, withRelay } from "./lib/deployment";
+import { closedLoopRate, CONCURRENCY, DATABASE_URL, deploy, type Deployment, EVENTS, LATENCY_ROUNDS, NATS_URL, OFFERED, orderEvent, removeLeftoversOnSignal, removeStreams, runSchemaName, throughput, WARM_UP_EVENTS, withRelay } from "./lib/deployment";
 import { monotonicMs, type ReceiverReady } from "./lib/receiver";
 import { Receivers } from "./lib/receivers";
 import { againstFloor, backlogScenario, MODES as BACKLOG_MODES, processesOf, type BacklogHarness } from "./lib/backlog";
@@ -220,11 +220,12 @@ export async function run(): Promise<object> {
 	const floorTargets = healthyUrls.map(url => ({ url, key: secretKeyOf(generateWebhookSecret()) }));
 	const loadBefore = os.loadavg();
 	const results: Record<string, unknown> = {};
+	const stopWatchingSignals = removeLeftoversOnSignal();
 	try {
 		const floorBeforeRun = NEEDS_FLOOR ? await floor(floorTargets, cert, receivers) : undefined;
 		const persistenceFloors: PersistenceFloor[] = [];
 		const measurePersistenceFloor = async () => {
-			if (NEEDS_PERSISTENCE_FLOOR) persistenceFloors.push(await persistenceFloor(DATABASE_URL, `bench_persistence_floor_${crypto.randomBytes(4).toString("hex")}`, PERSISTENCE_FLOOR_DELIVERIES));
+			if (NEEDS_PERSISTENCE_FLOOR) persistenceFloors.push(await persistenceFloor(DATABASE_URL, runSchemaName(`floor${crypto.randomBytes(4).toString("hex")}`), PERSISTENCE_FLOOR_DELIVERIES));
 		};
 		await measurePersistenceFloor();
 		if (NEEDS_FLOOR) process.stderr.write("bench delivery: relay throughput\n");
@@ -301,6 +302,7 @@ export async function run(): Promise<object> {
 			...results,
 		};
 	} finally {
+		await stopWatchingSignals();
 		await receivers.stop();
 		await removeStreams().catch(err => process.stderr.write(`could not remove the benchmark's streams: ${String(err)}\n`));
 		fs.rmSync(caDir, { recursive: true, force: true });

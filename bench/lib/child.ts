@@ -11,6 +11,8 @@ export interface ChildServer<Ready> {
 }
 
 const STOP_GRACE_MS = 15_000;
+// Every child still running, so that a run stopped by a signal can stop them before it cleans up.
+const running = new Set<() => Promise<void>>();
 
 /**
  * Forks `script` (TypeScript, run through tsx) with `env` added to this process's environment,
@@ -26,12 +28,15 @@ export function startChild<Ready>(script: string, env: Record<string, string>, t
 	});
 	const exited = new Promise<void>(resolve => child.once("exit", () => resolve()));
 	const stop = async () => {
+		running.delete(stop);
 		if (child.exitCode !== null || child.signalCode !== null) return;
 		child.kill("SIGTERM");
 		const timer = setTimeout(() => child.kill("SIGKILL"), STOP_GRACE_MS);
 		await exited;
 		clearTimeout(timer);
 	};
+	running.add(stop);
+	void exited.then(() => running.delete(stop));
 	return new Promise((resolve, reject) => {
 		const timer = setTimeout(() => {
 			void stop();
@@ -46,6 +51,11 @@ export function startChild<Ready>(script: string, env: Record<string, string>, t
 			reject(new Error(`${script} exited with code ${code} before it was ready`));
 		});
 	});
+}
+
+/** Stops every child this process started and has not stopped yet. */
+export async function stopAllChildren(): Promise<void> {
+	await Promise.all([...running].map(stop => stop()));
 }
 
 /** For the child side: report readiness, and stop `shutdown` on SIGTERM or when the parent goes. */

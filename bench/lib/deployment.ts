@@ -11,7 +11,7 @@ import { connect } from "nats";
 import { generateWebhookSecret } from "../../lib/crypto";
 import { TASKING_ORDER_STATUS_TOPIC } from "../../lib/schemas/events";
 import type { BacklogDeployment, ServiceNode } from "./backlog";
-import { startChild, type ChildServer } from "./child";
+import { startChild, stopAllChildren, type ChildServer } from "./child";
 import { producerBroker, sendVia, serviceNodeEnv } from "./cluster-nodes";
 import { monotonicMs } from "./receiver";
 import type { Receivers } from "./receivers";
@@ -193,6 +193,52 @@ export async function withRelay<T>(targets: Array<{ url: string }>, ca: string, 
 		await relay?.stop();
 		await producer.stop();
 	}
+}
+
+/** A PostgreSQL schema name of this run's, which removeRunLeftovers finds by its prefix. */
+export function runSchemaName(suffix: string): string {
+	return `bench_${runId}${suffix}`;
+}
+
+/**
+ * Drops every schema and deletes every stream this run made. A run's own steps remove what they
+ * made as they finish; this is for a run stopped by a signal, which would otherwise leave them on
+ * the shared servers. Stop the service's processes first: they hold the schemas' tables.
+ */
+export async function removeRunLeftovers(): Promise<void> {
+	await removeStreams();
+	const db = knex({ client: "pg", connection: DATABASE_URL, pool: { min: 0, max: 1 } });
+	try {
+		const { rows } = await db.raw<{ rows: Array<{ nspname: string }> }>("SELECT nspname FROM pg_namespace WHERE starts_with(nspname, ?)", [runSchemaName("")]);
+		for (const { nspname } of rows) await db.raw(`DROP SCHEMA IF EXISTS "${nspname}" CASCADE`);
+	} finally {
+		await db.destroy();
+	}
+}
+
+/**
+ * Until the returned function is called, Ctrl-C or SIGTERM stops the run's processes, removes its
+ * schemas and streams, and exits 130 or 143. The returned function, called where the run ends
+ * (its finally), waits for that clean-up if a signal came, so that the run's own failure, which
+ * its stopped processes cause, cannot exit first.
+ */
+export function removeLeftoversOnSignal(): () => Promise<void> {
+	process.stderr.write(`bench delivery: run ${runId}: its schemas are named bench_${runId}…, its streams ${runId}…\n`);
+	let cleaningUp: Promise<void> | undefined;
+	const onSignal = (signal: NodeJS.Signals) => {
+		process.stderr.write(`bench delivery: ${signal}: stopping the run's processes, removing its schemas and streams\n`);
+		cleaningUp ??= stopAllChildren()
+			.then(removeRunLeftovers)
+			.catch(err => process.stderr.write(`bench delivery: could not remove the run's schemas and streams: ${String(err)}\n`))
+			.then(() => process.exit(128 + os.constants.signals[signal]));
+	};
+	process.on("SIGINT", onSignal);
+	process.on("SIGTERM", onSignal);
+	return async () => {
+		if (cleaningUp) await cleaningUp;
+		process.off("SIGINT", onSignal);
+		process.off("SIGTERM", onSignal);
+	};
 }
 
 /** Deletes the JetStream streams this run made. */
