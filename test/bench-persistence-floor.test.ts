@@ -5,9 +5,9 @@
 import crypto from "node:crypto";
 import knex, { type Knex } from "knex";
 import { persistenceFloor } from "../bench/lib/persistence-floor";
-import { TEST_DATABASE_URL } from "./helpers/services";
+import { describeWhere, TEST_DATABASE_URL } from "./helpers/services";
 
-const describeOnPostgres = process.env.TEST_POSTGRES === "yes" ? describe : describe.skip;
+const describeOnPostgres = describeWhere({ postgres: true });
 
 describeOnPostgres("the persistence floor", () => {
 	let admin: Knex;

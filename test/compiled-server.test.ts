@@ -19,7 +19,7 @@ import { ensureBuilt, imageLayout, type ImageLayout } from "./helpers/compiled-b
 import { startHttpsReceiver, type HttpsReceiver } from "./helpers/https-receiver";
 import { startSmtpServer, type TestSmtpServer } from "./helpers/smtp-server";
 import { freePort } from "./helpers/net";
-import { dropTestSchema, natsEnabled, TEST_DATABASE_URL, TEST_NATS_URL, testDatabases } from "./helpers/services";
+import { describeWhere, dropTestSchema, TEST_DATABASE_URL, TEST_NATS_URL, testDatabases } from "./helpers/services";
 import { waitUntil } from "./helpers/delivery-stack";
 import { dropIntakeStreams } from "../lib/intake-channel";
 import { TASKING_ORDER_STATUS_EVENT } from "../lib/schemas/events";
@@ -27,7 +27,7 @@ import { implicitCustomerId } from "../lib/customers";
 
 const JWT_SECRET = "c".repeat(48);
 const SECRETS_KEY = Buffer.alloc(32, 9).toString("base64");
-const describeWithNats = natsEnabled() ? describe : describe.skip;
+const describeWithNats = describeWhere({ nats: true });
 
 jest.setTimeout(180_000);
 

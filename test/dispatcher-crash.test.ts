@@ -14,7 +14,7 @@ import os from "node:os";
 import path from "node:path";
 import readline from "node:readline";
 import knex, { type Knex } from "knex";
-import { testDatabases, TEST_DATABASE_URL } from "./helpers/services";
+import { describeWhere, testDatabases, TEST_DATABASE_URL } from "./helpers/services";
 import { startHttpsReceiver, verifyDelivery, type HttpsReceiver } from "./helpers/https-receiver";
 import { sleep, waitUntil } from "./helpers/delivery-stack";
 import { postgresBinDir, startPostgresServer, type PostgresServer } from "./helpers/postgres-server";
@@ -149,7 +149,7 @@ describe.each(testDatabases())("dispatcher crash on %s", database => {
 });
 
 // The server programs are all this needs (it runs a PostgreSQL of its own); CI has them.
-const describeWithPostgresPrograms = postgresBinDir() || process.env.CI === "true" ? describe : describe.skip;
+const describeWithPostgresPrograms = describeWhere({ programs: { "PostgreSQL's programs (initdb, pg_ctl)": postgresBinDir() !== undefined } });
 
 describeWithPostgresPrograms("PostgreSQL crash under a running dispatcher", () => {
 	let postgres: PostgresServer;

@@ -3,10 +3,9 @@
 import crypto from "node:crypto";
 import { dropIntakeStreams } from "../lib/intake-channel";
 import { startStack, type Stack } from "./helpers/stack";
-import { natsEnabled, TEST_NATS_URL } from "./helpers/services";
+import { describeWhere, TEST_NATS_URL } from "./helpers/services";
 
-const describeWithNats = natsEnabled() && process.env.TEST_POSTGRES === "yes" ? describe : describe.skip;
-if (!natsEnabled()) console.warn("Skipping distributed suite: NATS is not reachable (CI requires it)");
+const describeWithNats = describeWhere({ nats: true, postgres: true });
 
 describeWithNats("distributed mode over NATS", () => {
 	const namespace = `test-${crypto.randomBytes(4).toString("hex")}`;

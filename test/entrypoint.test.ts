@@ -12,7 +12,7 @@ import path from "node:path";
 import { freePort } from "./helpers/net";
 import { ensureBuilt } from "./helpers/compiled-build";
 import { startNatsServer, type NatsServer } from "./helpers/nats-server";
-import { dropTestSchema, natsEnabled, TEST_DATABASE_URL, TEST_NATS_URL } from "./helpers/services";
+import { describeWhere, dropTestSchema, TEST_DATABASE_URL, TEST_NATS_URL } from "./helpers/services";
 import { dropIntakeStreams } from "../lib/intake-channel";
 
 const ROOT = path.resolve(__dirname, "..");
@@ -263,7 +263,7 @@ describe("the server process", () => {
 		});
 	});
 
-	const describeCluster = natsEnabled() && process.env.TEST_POSTGRES === "yes" ? describe : describe.skip;
+	const describeCluster = describeWhere({ nats: true, postgres: true });
 	describeCluster("npm run cluster (the recipe of docs/cluster.md for a cluster without Docker)", () => {
 		/** The recipe's one command line: the variables it sets, and the command. */
 		function recipe(): { variables: string[]; command: string[] } {
@@ -321,7 +321,7 @@ describe("the server process", () => {
 		}, 240_000);
 	});
 
-	const describeWithNats = natsEnabled() ? describe : describe.skip;
+	const describeWithNats = describeWhere({ nats: true });
 	describeWithNats("with a NATS server of its own", () => {
 		let nats: NatsServer | undefined;
 		afterEach(async () => {

@@ -13,7 +13,7 @@ import { startStack, type Stack } from "./helpers/stack";
 import { CommandProcess } from "./helpers/command-process";
 import { REPO_ROOT } from "./helpers/role-process";
 import { freePort } from "./helpers/net";
-import { natsEnabled, testDatabases, TEST_NATS_URL } from "./helpers/services";
+import { describeWhere, testDatabases, TEST_NATS_URL } from "./helpers/services";
 import { ensureDevelopmentCertificates, type DevelopmentCertificates } from "../lib/dev-certificates";
 import { dropIntakeStreams, intakeMiddlewares } from "../lib/intake-channel";
 import { parseConfig } from "../lib/config";
@@ -129,7 +129,7 @@ describe("the docs", () => {
 	});
 });
 
-const describeWithCluster = natsEnabled() && process.env.TEST_POSTGRES === "yes" ? describe : describe.skip;
+const describeWithCluster = describeWhere({ nats: true, postgres: true });
 
 describeWithCluster("examples/producer.mjs, against a cluster-mode service on JetStream", () => {
 	const namespace = `examples-${crypto.randomBytes(4).toString("hex")}`;

@@ -10,7 +10,7 @@ import fs from "node:fs";
 import path from "node:path";
 import { newCustomer, orderEvent, startDeliveryStack, verified, waitUntil, type CreatedWebhook, type DeliveryStack, type TestCustomer } from "./helpers/delivery-stack";
 import { expectProblem, rejectionCheck, snapshotTables, startStack, type Stack } from "./helpers/stack";
-import { TEST_DATABASE_URL, testDatabases } from "./helpers/services";
+import { describeWhere, TEST_DATABASE_URL, testDatabases } from "./helpers/services";
 import { startTcpRelay, type TcpRelay } from "./helpers/tcp-relay";
 
 const INTAKE = "/id/v3/events/tasking.order_status";
@@ -199,7 +199,7 @@ describe("HTTP intake at its rate limit", () => {
 	});
 });
 
-const describePostgres = testDatabases().includes("postgres") ? describe : describe.skip;
+const describePostgres = describeWhere({ postgres: true });
 
 describePostgres("HTTP intake, embedded, PostgreSQL cut off", () => {
 	let relay: TcpRelay;

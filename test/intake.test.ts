@@ -5,7 +5,7 @@
 import crypto from "node:crypto";
 import { ServiceBroker } from "moleculer";
 import { startDeliveryStack, waitUntil, type DeliveryStack } from "./helpers/delivery-stack";
-import { natsEnabled, TEST_NATS_URL } from "./helpers/services";
+import { describeWhere, TEST_NATS_URL } from "./helpers/services";
 import { nanos } from "nats";
 import { connectToNats, deadLetter, dropIntakeStreams, intakeMiddlewares, intakeNames, INTAKE_GROUPS, provisionIntake, stableEventId } from "../lib/intake-channel";
 import { spawn } from "node:child_process";
@@ -78,7 +78,7 @@ describe("intake, embedded mode", () => {
 	});
 });
 
-const describeWithNats = natsEnabled() && process.env.TEST_POSTGRES === "yes" ? describe : describe.skip;
+const describeWithNats = describeWhere({ nats: true, postgres: true });
 
 describeWithNats("intake, cluster mode on JetStream", () => {
 	const namespace = `intake-${crypto.randomBytes(4).toString("hex")}`;

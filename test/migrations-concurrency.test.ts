@@ -9,10 +9,10 @@ import crypto from "node:crypto";
 import knex, { type Knex } from "knex";
 import { runMigrations } from "../mixins/db.mixin";
 import { dispatcherMigrations } from "../migrations/dispatcher";
-import { TEST_DATABASE_URL } from "./helpers/services";
+import { describeWhere, TEST_DATABASE_URL } from "./helpers/services";
 
 const INSTANCES = 4;
-const describeOnPostgres = process.env.TEST_POSTGRES === "yes" ? describe : describe.skip;
+const describeOnPostgres = describeWhere({ postgres: true });
 
 describeOnPostgres("migrations run by instances starting together on PostgreSQL", () => {
 	const schema = `t_mig_${crypto.randomBytes(5).toString("hex")}`;

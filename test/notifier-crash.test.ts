@@ -12,7 +12,7 @@ import os from "node:os";
 import path from "node:path";
 import { dropIntakeStreams } from "../lib/intake-channel";
 import { startStack, type Stack } from "./helpers/stack";
-import { dropTestSchema, natsEnabled, testDatabases, TEST_DATABASE_URL, TEST_NATS_URL, type DatabaseKind } from "./helpers/services";
+import { describeWhere, dropTestSchema, testDatabases, TEST_DATABASE_URL, TEST_NATS_URL, type DatabaseKind } from "./helpers/services";
 import { startSmtpServer, type TestSmtpServer } from "./helpers/smtp-server";
 import type { OutboxEntry } from "../services/notifier.service";
 
@@ -22,8 +22,7 @@ const CONCURRENCY = 3;
 const ACCEPT_DELAY_MS = 300;
 const REPO_ROOT = path.resolve(__dirname, "..");
 
-const describeWithNats = natsEnabled() ? describe : describe.skip;
-if (!natsEnabled()) console.warn("Skipping the notifier crash suite: NATS is not reachable at 127.0.0.1:4222 (CI requires it)");
+const describeWithNats = describeWhere({ nats: true });
 
 const sleep = (ms: number) => new Promise(resolve => setTimeout(resolve, ms));
 

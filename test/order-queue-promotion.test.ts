@@ -13,9 +13,9 @@ import { timeOrderedUuid } from "../lib/ids";
 import { scratchDatabase, type ScratchDatabase } from "./helpers/scratch-database";
 import { newCustomer, orderEvent, startDeliveryStack, verified, waitUntil, type DeliveryStack } from "./helpers/delivery-stack";
 import { PARKED_RECHECK_POLLS, type DispatcherThis } from "../mixins/dispatcher/shared";
-import { TEST_DATABASE_URL } from "./helpers/services";
+import { describeWhere, TEST_DATABASE_URL } from "./helpers/services";
 
-const describeOnPostgres = process.env.TEST_POSTGRES === "yes" ? describe : describe.skip;
+const describeOnPostgres = describeWhere({ postgres: true });
 // A queue's advisory lock key, as migration 015's function computes it, for (webhook id, order key).
 const QUEUE_LOCK_KEY = "hashtextextended(? || ':' || ?, 0)";
 

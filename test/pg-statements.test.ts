@@ -10,10 +10,10 @@
 import knex, { type Knex } from "knex";
 import { arrayLiteral, preparedNameFor, runPrepared, type ArrayElement, type PgConnection, type PreparedStatement } from "../lib/pg-statements";
 import { postgresBinDir, startPostgresServer, type PostgresServer } from "./helpers/postgres-server";
-import { TEST_DATABASE_URL } from "./helpers/services";
+import { describeWhere, TEST_DATABASE_URL } from "./helpers/services";
 
 // A server of its own (PostgreSQL's programs are on every CI machine): see beforeAll.
-const describeWithPostgresPrograms = postgresBinDir() || process.env.CI === "true" ? describe : describe.skip;
+const describeWithPostgresPrograms = describeWhere({ programs: { "PostgreSQL's programs (initdb, pg_ctl)": postgresBinDir() !== undefined } });
 
 describe("preparedNameFor", () => {
 	it("keeps a statement's name for its first 64 executions on a connection, then renames it at 64, 512, 4096 and 32768", () => {
@@ -49,7 +49,7 @@ describe("arrayLiteral", () => {
 
 // Read back through PostgreSQL's own array input: what arrayLiteral writes and what pg writes for
 // the same JS array must give the same array, for text as hostile as a customer's payload can be.
-const describeOnPostgres = process.env.TEST_POSTGRES === "yes" ? describe : describe.skip;
+const describeOnPostgres = describeWhere({ postgres: true });
 
 describeOnPostgres("arrayLiteral read by PostgreSQL", () => {
 	let db: Knex;

@@ -13,7 +13,7 @@ import { dropIntakeStreams } from "../lib/intake-channel";
 import { nextAttemptCell } from "../lib/repl-commands";
 import { mintToken } from "../lib/auth";
 import { freePort } from "./helpers/net";
-import { natsEnabled, TEST_NATS_URL } from "./helpers/services";
+import { describeWhere, TEST_NATS_URL } from "./helpers/services";
 import { startHttpsReceiver, type HttpsReceiver } from "./helpers/https-receiver";
 import { startStack, type Stack } from "./helpers/stack";
 import { FAST_DELIVERY_ENV, SHORT_RETRY_SCHEDULE, waitUntil } from "./helpers/delivery-stack";
@@ -273,7 +273,7 @@ describe("REPL beside a running `npm start`", () => {
 	});
 });
 
-const describeWithNats = natsEnabled() ? describe : describe.skip;
+const describeWithNats = describeWhere({ nats: true });
 
 describeWithNats("REPL joined to a cluster over NATS, running no service", () => {
 	let receiver: HttpsReceiver;

@@ -8,9 +8,9 @@
 import crypto from "node:crypto";
 import type { Browser, BrowserContext, Page } from "playwright-core";
 import { startDeliveryStack, verified, waitUntil, type DeliveryStack } from "./helpers/delivery-stack";
-import { chromiumAvailable, launchChromium, screenshotBothWidths, seriousViolations, VIEWPORTS } from "./helpers/browser";
+import { describeBrowserSuite, launchChromium, screenshotBothWidths, seriousViolations, VIEWPORTS } from "./helpers/browser";
 
-const describeWithBrowser = chromiumAvailable() ? describe : describe.skip;
+const describeWithBrowser = describeBrowserSuite();
 
 describeWithBrowser("web application in Chromium", () => {
 	let env: DeliveryStack;

@@ -12,9 +12,9 @@ import { exportJWK, generateKeyPair, SignJWT, type JWK } from "jose";
 import type { Browser, Page } from "playwright-core";
 import { startStack, expectProblem, type Stack } from "./helpers/stack";
 import { freePort } from "./helpers/net";
-import { chromiumAvailable, launchChromium, seriousViolations, screenshotBothWidths, VIEWPORTS } from "./helpers/browser";
+import { describeBrowserSuite, launchChromium, seriousViolations, screenshotBothWidths, VIEWPORTS } from "./helpers/browser";
 
-const describeWithBrowser = chromiumAvailable() ? describe : describe.skip;
+const describeWithBrowser = describeBrowserSuite();
 
 const AUDIENCE = "https://webhooks.example/api";
 const CLIENT_ID = "satellite-webhooks-app";

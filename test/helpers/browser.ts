@@ -4,6 +4,7 @@ import fs from "node:fs";
 import path from "node:path";
 import { chromium, type Browser, type Page } from "playwright-core";
 import AxeBuilder from "@axe-core/playwright";
+import { describeWhere } from "./services";
 
 export const CHROMIUM_PATH = process.env.CHROMIUM_PATH ?? "/usr/bin/chromium";
 // Flags that work on a machine without outside network: no background calls home, no sandbox (root).
@@ -15,14 +16,9 @@ export const VIEWPORTS = {
 	phone: { width: 390, height: 844 },
 } as const;
 
-const inCi = process.env.CI === "true" || process.env.CI === "1";
-
-/** True when the browser suites can run; in CI a missing Chromium is an error, never a skip. */
-export function chromiumAvailable(): boolean {
-	if (fs.existsSync(CHROMIUM_PATH)) return true;
-	if (inCi) throw new Error(`Chromium is missing at ${CHROMIUM_PATH}, and CI requires the browser suites to run (apt-get install -y chromium)`);
-	console.warn(`Skipping browser suites: no Chromium at ${CHROMIUM_PATH} (apt-get install -y chromium; set CI=true to make this an error)`);
-	return false;
+/** `describe` for a browser suite: skipped on a laptop without Chromium, never in CI (describeWhere). */
+export function describeBrowserSuite(): jest.Describe {
+	return describeWhere({ programs: { [`Chromium at ${CHROMIUM_PATH} (apt-get install -y chromium)`]: fs.existsSync(CHROMIUM_PATH) } });
 }
 
 export function launchChromium(): Promise<Browser> {

@@ -30,7 +30,7 @@ import { pathOf, startHttpsReceiver, type HttpsReceiver, type ReceivedRequest, t
 import { NATS_SERVER_BIN, startNatsServer, type NatsServer } from "./nats-server";
 import { freePort } from "./net";
 import { RoleProcess } from "./role-process";
-import { TEST_DATABASE_URL } from "./services";
+import { describeWhere, TEST_DATABASE_URL } from "./services";
 import { startSmtpServer, type TestSmtpServer } from "./smtp-server";
 import { startTcpRelay, type TcpRelay } from "./tcp-relay";
 import { waitUntil } from "./delivery-stack";
@@ -38,20 +38,9 @@ import { waitUntil } from "./delivery-stack";
 export type Role = "gateway" | "dispatcher" | "notifier";
 export type { DeliveryFigures, EmailFigures };
 
-/**
- * `describe` for a cluster suite: it needs PostgreSQL and a nats-server binary. In CI
- * (CI=true) a missing one fails the suite; elsewhere the suite is skipped with a warning, like
- * the other PostgreSQL and NATS suites.
- */
+/** `describe` for a cluster suite: it needs PostgreSQL and a nats-server binary (describeWhere). */
 export function describeCluster(name: string, body: () => void): void {
-	const missing = [
-		...(process.env.TEST_POSTGRES === "yes" ? [] : ["PostgreSQL"]),
-		...(fs.existsSync(NATS_SERVER_BIN) ? [] : [`nats-server at ${NATS_SERVER_BIN}`]),
-	];
-	if (missing.length === 0) return describe(name, body);
-	if (process.env.CI === "true" || process.env.CI === "1") throw new Error(`${name} needs ${missing.join(" and ")}, and CI requires the cluster suites to run`);
-	console.warn(`Skipping "${name}": it needs ${missing.join(" and ")} (set CI=true to make this an error)`);
-	describe.skip(name, body);
+	describeWhere({ postgres: true, programs: { [`nats-server at ${NATS_SERVER_BIN}`]: fs.existsSync(NATS_SERVER_BIN) } })(name, body);
 }
 
 const ROLE_SERVICES: Record<Role, string> = {

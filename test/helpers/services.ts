@@ -58,3 +58,30 @@ export function testDatabases(): DatabaseKind[] {
 export function natsEnabled(): boolean {
 	return process.env.TEST_NATS === "yes";
 }
+
+/** What a suite needs beyond Node: the shared servers, or other programs. */
+export interface SuiteNeeds {
+	postgres?: boolean;
+	nats?: boolean;
+	/** Programs the suite runs, by name, each with whether it was found. */
+	programs?: Record<string, boolean>;
+}
+
+/**
+ * `describe` for a suite with needs, or `describe.skip` on a laptop that lacks one, saying which.
+ * In CI nothing is skipped: the global setup has already failed the run if PostgreSQL or NATS is
+ * missing, and a missing program fails the suite here.
+ */
+export function describeWhere(needs: SuiteNeeds): jest.Describe {
+	const missing = [
+		...(needs.postgres && process.env.TEST_POSTGRES !== "yes" ? ["PostgreSQL"] : []),
+		...(needs.nats && !natsEnabled() ? ["NATS"] : []),
+		...Object.entries(needs.programs ?? {})
+			.filter(([, found]) => !found)
+			.map(([name]) => name),
+	];
+	if (missing.length === 0) return describe;
+	if (inCi) throw new Error(`a suite needs ${missing.join(" and ")}, and CI requires every suite to run`);
+	console.warn(`Skipping a suite: it needs ${missing.join(" and ")} (set CI=true to make this an error)`);
+	return describe.skip;
+}
