@@ -66,7 +66,7 @@ import { rateLimitScenario } from "./lib/rate-limit";
 import { concurrentLoops, floorBody, signedPost, type SignedTarget } from "./lib/signed-post";
 import { secretKeyOf } from "../lib/signing";
 import { latencyRound, pooled, type LatencyRound } from "./lib/latency";
-import { mean, ratioOf, round } from "./lib/stats";
+import { ratioOf, round } from "./lib/stats";
 import { tracingScenario } from "./lib/tracing-scenario";
 
 const HEALTHY = 10;
@@ -89,8 +89,8 @@ async function floor(targets: SignedTarget[], ca: string, receivers: Receivers):
 			const status = await signedPost(agent, target, Buffer.from(floorBody(i)));
 			if (status !== 200) throw new Error(`floor got HTTP ${status}`);
 		});
+	const atStart = receivers.ok;
 	await run(FLOOR_REQUESTS / 4); // warm-up: connections, JIT
-	const before = receivers.ok;
 	await probe(receivers.child, "cpu");
 	const cpu = process.cpuUsage();
 	const started = monotonicMs();
@@ -99,8 +99,15 @@ async function floor(targets: SignedTarget[], ca: string, receivers: Receivers):
 	const used = process.cpuUsage(cpu);
 	const receiver = await probe(receivers.child);
 	await agent.close();
-	if (receivers.ok - before < FLOOR_REQUESTS) await receivers.waitForOk(before + FLOOR_REQUESTS);
+	// Every answer counted before returning, the warm-up's too: the receivers report their counts
+	// a little late, and a burst measured next would otherwise count the floor's last ones as its own.
+	await receivers.waitForOk(atStart + FLOOR_REQUESTS / 4 + FLOOR_REQUESTS);
 	return { rate: FLOOR_REQUESTS / seconds, client_cores: round((used.user + used.system) / 1e6 / seconds), receiver_cores: receiver.cpu_cores };
+}
+
+/** The raw loop's CPU per delivery: the floor's client and receivers together. */
+function rawLoopUsOf(floorRun: { rate: number; client_cores: number; receiver_cores: number }): number {
+	return ((floorRun.client_cores + floorRun.receiver_cores) / floorRun.rate) * 1e6;
 }
 
 /** A round on a freshly started process, then one on the same process once warm. */
@@ -253,6 +260,7 @@ export async function run(): Promise<object> {
 					closedLoop: (deployment, events) => throughput(deployment, receivers, events),
 					orderEvent: () => orderEvent(),
 					probe: probeAll,
+					rawLoop: async () => rawLoopUsOf(await floor(floorTargets, cert, receivers)),
 				};
 				results.backlog = await backlogScenario(harness, healthyUrls);
 			} else if (scenario === "ordering") {
@@ -276,11 +284,11 @@ export async function run(): Promise<object> {
 		}
 		if (results.backlog) {
 			// The raw loop's CPU per delivery: the floor's client and receivers, before and after.
-			const rawUs = mean([floorBeforeRun, floorAfterRun].map(f => ((f.client_cores + f.receiver_cores) / f.rate) * 1e6));
+			const rawLoopsUs = [floorBeforeRun, floorAfterRun].map(rawLoopUsOf);
 			// The lesser of the two, unlike the floor's mean: a floor is what the writes cost at least,
 			// and the readings of one run differed by up to a third (48 and 62 µs on 2026-11-28).
 			const persistenceUs = persistenceFloors.length > 0 ? Math.min(...persistenceFloors.map(f => f.cpu_us_per_delivery.total)) : undefined;
-			results.backlog = againstFloor(results.backlog as Awaited<ReturnType<typeof backlogScenario>>, floorRate, rawUs, persistenceUs);
+			results.backlog = againstFloor(results.backlog as Awaited<ReturnType<typeof backlogScenario>>, floorRate, rawLoopsUs, persistenceUs);
 		}
 		return {
 			machine: machineOf(loadBefore),

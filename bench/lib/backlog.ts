@@ -36,7 +36,7 @@ import { databaseCounters, databaseWorkBetween, type DatabaseWork } from "./data
 import { BROKER_PROCESSES, DATABASE_PROCESSES, cpuSecondsBetween, cpuSecondsByPid } from "./process-cpu";
 import { monotonicMs } from "./receiver";
 import type { Receivers } from "./receivers";
-import { percentile, ratioOrNull, round } from "./stats";
+import { mean, percentile, ratioOrNull, round } from "./stats";
 
 const SMALL = Number(process.env.BENCH_BACKLOG_SMALL ?? 5_000);
 const LARGE = Number(process.env.BENCH_BACKLOG_LARGE ?? 100_000);
@@ -100,6 +100,8 @@ export interface BacklogHarness {
 	closedLoop(deployment: BacklogDeployment, events: number): Promise<number>;
 	orderEvent(): object;
 	probe(nodes: Array<ChildServer<unknown>>, next?: ProbeWindow): Promise<Probe[]>;
+	/** The raw loop's CPU µs per delivery (the floor's client and receivers), measured now. */
+	rawLoop(): Promise<number>;
 }
 
 interface CpuPerDelivery {
@@ -368,6 +370,9 @@ async function modeRun(harness: BacklogHarness, mode: string, urls: string[], wi
 		for (let i = 0; i < WARM_BURSTS; i++) warm.push(await burst(harness, deployment, SMALL));
 		const warmRate = rateOf(warm);
 		const closed = await harness.closedLoop(deployment, Math.ceil(SMALL * 4 / urls.length));
+		// The raw loop again, right before the large bursts: the run's own floor is measured at its
+		// start and end, half an hour apart, and this machine's speed drifts by a third within that.
+		const rawLoopUs = await harness.rawLoop();
 		const large = [];
 		for (let i = 0; i < LARGE_RUNS; i++) large.push(await burst(harness, deployment, LARGE));
 		const largeRates = large.map(b => b.deliveries_per_s);
@@ -382,6 +387,8 @@ async function modeRun(harness: BacklogHarness, mode: string, urls: string[], wi
 			cold_vs_warm: ratioOrNull(cold.deliveries_per_s, warmRate),
 			large_vs_warm: largeRates.map(rate => ratioOrNull(rate, warmRate)),
 			large_vs_closed_loop: largeRates.map(rate => ratioOrNull(rate, closed)),
+			raw_loop_just_before_cpu_us_per_delivery: round(rawLoopUs),
+			large_cpu_vs_raw_loop_just_before: large.map(b => ratioOrNull(b.cpu_us_per_delivery.total, rawLoopUs)),
 			...natsCounted,
 			...(withPending ? { pending: await pendingSteps(harness, deployment, engine, warmRate) } : {}),
 		};
@@ -414,12 +421,15 @@ export async function backlogScenario(harness: BacklogHarness, healthyUrls: stri
  * (persistence-floor.ts) it also gives PostgreSQL's modes ÷ the raw loop plus that floor: what a
  * service that keeps every delivery in PostgreSQL cannot spend less than.
  */
-export function againstFloor(backlog: Awaited<ReturnType<typeof backlogScenario>>, floorRate: number, rawLoopUsPerDelivery: number, persistenceUsPerDelivery?: number) {
+export function againstFloor(backlog: Awaited<ReturnType<typeof backlogScenario>>, floorRate: number, runRawLoopsUs: number[], persistenceUsPerDelivery?: number) {
+	const rawLoopUsPerDelivery = mean(runRawLoopsUs);
+	const rawLoopsUs = [...runRawLoopsUs];
 	const persistedRawLoopUs = persistenceUsPerDelivery === undefined ? undefined : rawLoopUsPerDelivery + persistenceUsPerDelivery;
 	for (const mode of MODES) {
 		for (const layout of LAYOUTS) {
 			const figures = (backlog as unknown as Record<string, Record<string, ModeFigures & Record<string, unknown>>>)[mode]?.[layout];
 			if (!figures) continue;
+			rawLoopsUs.push(figures.raw_loop_just_before_cpu_us_per_delivery);
 			figures.large_vs_floor = figures.large_bursts.map(b => ratioOrNull(b.deliveries_per_s, floorRate));
 			figures.large_cpu_vs_raw_loop = figures.large_bursts.map(b => ratioOrNull(b.cpu_us_per_delivery.total, rawLoopUsPerDelivery));
 			// PostgreSQL's persistence floor applies where PostgreSQL keeps the deliveries.
@@ -431,6 +441,9 @@ export function againstFloor(backlog: Awaited<ReturnType<typeof backlogScenario>
 	return {
 		...backlog,
 		raw_loop_cpu_us_per_delivery: round(rawLoopUsPerDelivery),
+		// Every raw loop of the run (start, end, and before each mode's large bursts): how far the
+		// denominator of the CPU goal moved within one run.
+		raw_loop_range_cpu_us_per_delivery: [round(Math.min(...rawLoopsUs)), round(Math.max(...rawLoopsUs))],
 		...(persistedRawLoopUs === undefined ? {} : { persisted_raw_loop_cpu_us_per_delivery: round(persistedRawLoopUs) }),
 	};
 }
