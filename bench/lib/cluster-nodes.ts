@@ -51,6 +51,9 @@ export function producerBroker(namespace: string, natsUrl: string): ServiceBroke
 		transporter: { type: "NATS", options: { url: natsUrl } },
 		logger: false,
 		middlewares: intakeMiddlewares(parseConfig({ TRANSPORTER: natsUrl, NAMESPACE: namespace })),
+		// The run stops its producers itself; Moleculer's own Ctrl-C handler would stop this one
+		// and exit 0 at once, racing the run's clean-up of its schemas and streams.
+		skipProcessEventRegistration: true,
 	});
 }
 
