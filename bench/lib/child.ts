@@ -28,13 +28,13 @@ export function startChild<Ready>(script: string, env: Record<string, string>, t
 	});
 	const exited = new Promise<void>(resolve => child.once("exit", () => resolve()));
 	const stop = async () => {
-		running.delete(stop);
 		if (child.exitCode !== null || child.signalCode !== null) return;
 		child.kill("SIGTERM");
 		const timer = setTimeout(() => child.kill("SIGKILL"), STOP_GRACE_MS);
 		await exited;
 		clearTimeout(timer);
 	};
+	// Kept until the child exits, however that comes about.
 	running.add(stop);
 	void exited.then(() => running.delete(stop));
 	return new Promise((resolve, reject) => {
