@@ -88,6 +88,8 @@ export interface BacklogDeployment {
 	nodes: ServiceNode[];
 	db: Knex;
 	healthyIds: string[];
+	/** Each process's start by name, from spawning it to its report that it is up. */
+	startSeconds: Record<string, number>;
 	send(event: object): Promise<void>;
 	stop(): Promise<void>;
 }
@@ -379,6 +381,7 @@ async function modeRun(harness: BacklogHarness, mode: string, urls: string[], wi
 		// NATS traffic per delivery, in a burst of its own (the counting subscriber adds its own load).
 		const natsCounted = mode === "cluster" ? { nats_counted_burst: await burst(harness, deployment, SMALL, { countNats: true }) } : {};
 		return {
+			start_seconds: deployment.startSeconds,
 			cold_burst: cold,
 			warm_bursts: warm,
 			warm_deliveries_per_s: warmRate,

@@ -30,6 +30,9 @@ export const OFFERED = process.env.BENCH_OFFERED ? Number(process.env.BENCH_OFFE
 export const NATS_URL = process.env.BENCH_NATS_URL ?? "nats://127.0.0.1:4222";
 export const DATABASE_URL = process.env.BENCH_DATABASE_URL ?? "postgres://postgres@127.0.0.1:5432/test";
 const PROFILE_DIR = process.env.BENCH_PROFILE_DIR;
+// Node's own flags for every service node, space-separated, for what NODE_OPTIONS refuses:
+// BENCH_NODE_FLAGS="--trace-opt --trace-deopt" (V8's compiler log, on the bench's stderr).
+const NODE_FLAGS = (process.env.BENCH_NODE_FLAGS ?? "").split(" ").filter(Boolean);
 // The cluster's dispatcher processes (2 by default, the goals' cluster); 1 shows what the second costs.
 const CLUSTER_DISPATCHERS = Number(process.env.BENCH_CLUSTER_DISPATCHERS ?? 2);
 // Settings for every service node (JSON), for an A/B of one setting: BENCH_SERVICE_ENV='{"DELIVERY_POLL_INTERVAL":"250ms"}'.
@@ -72,8 +75,15 @@ export async function deploy(options: DeployOptions): Promise<Deployment> {
 		...options.env,
 		...SERVICE_ENV,
 	};
-	const nodeOptions = (name: string) => (PROFILE_DIR ? ["--cpu-prof", `--cpu-prof-dir=${path.join(PROFILE_DIR, `${namespace}-${name}`)}`] : []);
-	const start = (name: string, services: string) => startChild<unknown>(here("service-node.ts"), { ...env, SERVICES: services, NODE_ID: `${namespace}-${name}` }, 120_000, nodeOptions(name));
+	const nodeOptions = (name: string) => [...NODE_FLAGS, ...(PROFILE_DIR ? ["--cpu-prof", `--cpu-prof-dir=${path.join(PROFILE_DIR, `${namespace}-${name}`)}`] : [])];
+	// Each process's start, from spawning it to its report that it is up.
+	const startSeconds: Record<string, number> = {};
+	const start = async (name: string, services: string) => {
+		const spawnedAt = performance.now();
+		const child = await startChild<unknown>(here("service-node.ts"), { ...env, SERVICES: services, NODE_ID: `${namespace}-${name}` }, 120_000, nodeOptions(name));
+		startSeconds[name] = Math.round(performance.now() - spawnedAt) / 1000;
+		return child;
+	};
 	// The producer first: "after start" is about the service's processes, not the producer.
 	const producer = producerBroker(namespace, NATS_URL);
 	await producer.start();
@@ -113,6 +123,7 @@ export async function deploy(options: DeployOptions): Promise<Deployment> {
 		nodes,
 		db,
 		healthyIds: healthy.map(webhook => webhook.id),
+		startSeconds,
 		send: sendVia(producer),
 		async stop() {
 			await producer.stop();
