@@ -34,9 +34,9 @@ async function seedOld(db: Knex, messages: number): Promise<void> {
 	if (isPostgres(db)) {
 		const series = `FROM generate_series(0, ? - 1) AS i`;
 		await db.raw(`INSERT INTO delivery_messages (event_id, customer_id, user_id, type, body, occurred_at, created_at)
-			SELECT '00000000-0000-4000-8000-' || lpad(i::text, 12, '0'), 'old', 'old-user', 'tasking:order_status', ?, ?, ? ${series}`, [body, old, old, messages]);
+			SELECT ('00000000-0000-4000-8000-' || lpad(i::text, 12, '0'))::uuid, 'old', 'old-user', 'tasking:order_status', ?, ?, ? ${series}`, [body, old, old, messages]);
 		await db.raw(`INSERT INTO deliveries (id, event_id, webhook_id, customer_id, status, attempt_count, created_at, updated_at)
-			SELECT ('10000000-0000-7000-8000-' || lpad(i::text, 12, '0'))::uuid, '00000000-0000-4000-8000-' || lpad(i::text, 12, '0'),
+			SELECT ('10000000-0000-7000-8000-' || lpad(i::text, 12, '0'))::uuid, ('00000000-0000-4000-8000-' || lpad(i::text, 12, '0'))::uuid,
 				'20000000-0000-4000-8000-000000000000', 'old', 'succeeded', 2, ?, ? ${series}`, [old, old, messages]);
 		await db.raw(`INSERT INTO delivery_attempts (delivery_id, attempt, attempted_at, success, status_code, detail, duration_ms)
 			SELECT ('10000000-0000-7000-8000-' || lpad((i / 2)::text, 12, '0'))::uuid, i % 2 + 1, ?, i % 2 = 1, CASE WHEN i % 2 = 1 THEN 200 ELSE 500 END, '', 10

@@ -47,8 +47,8 @@ async function seedFuture(db: Knex, count: number): Promise<void> {
 		await db.raw(
 			`INSERT INTO deliveries (${columns})
 			SELECT ('10000000-0000-7000-8000-' || lpad(i::text, 12, '0'))::uuid,
-				'00000000-0000-4000-8000-' || lpad((i % ?)::text, 12, '0'),
-				'20000000-0000-4000-8000-' || lpad((i / ?)::text, 12, '0'),
+				('00000000-0000-4000-8000-' || lpad((i % ?)::text, 12, '0'))::uuid,
+				('20000000-0000-4000-8000-' || lpad((i / ?)::text, 12, '0'))::uuid,
 				'bench', 'pending',
 				to_char((now() AT TIME ZONE 'UTC') + make_interval(secs => 60 + i % 21540), 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'),
 				?, ?

@@ -54,33 +54,39 @@ describeOnPostgres("migrations run by instances starting together on PostgreSQL"
 	};
 	const textual = (type: string) => type.startsWith("character varying") || type === "text";
 
-	it("orders every indexed id, key and time by bytes; migrating down gives the columns back their default collation", async () => {
+	it("keys every indexed id as uuid and orders every other key by bytes; migrating down gives text and its default collation back", async () => {
 		const admin = pools[0];
 		const keys = (await indexKeyCollations(admin)).filter(key => textual(key.type));
-		expect(keys.map(key => key.column)).toEqual(expect.arrayContaining(["deliveries.webhook_id", "deliveries.next_attempt_at", "delivery_messages.event_id"]));
+		expect(keys.map(key => key.column)).toEqual(expect.arrayContaining(["deliveries.next_attempt_at", "deliveries.order_key", "delivery_messages.created_at"]));
 		expect(keys.filter(key => key.collation !== "C")).toEqual([]);
-		// The dispatcher's own ids are uuid, which has no collation (016).
+		// Every id is uuid, which has no collation: the dispatcher's own (016), the event's and the webhook's (017).
 		const ownIds = ["deliveries.id", "delivery_attempts.delivery_id"];
+		const otherIds = ["deliveries.event_id", "deliveries.webhook_id", "delivery_messages.event_id", "webhook_failures.webhook_id", "webhook_rate_slots.webhook_id"];
 		const typesOf = async (columns: string[]) => (await indexKeyCollations(admin)).filter(key => columns.includes(key.column)).map(key => key.type);
 		expect(await typesOf(ownIds)).toEqual(["uuid", "uuid"]);
+		expect(await typesOf(otherIds)).toEqual(Array(otherIds.length).fill("uuid"));
 
 		const migration = (name: string) => dispatcherMigrations.find(candidate => candidate.name === name)!;
 		const byteOrder = migration("013_byte_order_keys");
 		// 014's view reads the columns 013 and 016 change, and PostgreSQL will not change a column under a view.
 		const firstAttemptInRow = migration("014_first_attempt_in_delivery");
 		const uuidOwnIds = migration("016_uuid_own_ids");
+		const uuidOtherIds = migration("017_uuid_event_and_webhook_ids");
 		const db = pools[1];
+		await uuidOtherIds.down(db);
+		expect(await typesOf(otherIds)).toEqual(Array(otherIds.length).fill("character varying(36)"));
 		await uuidOwnIds.down(db);
 		expect(await typesOf(ownIds)).toEqual(["character varying(36)", "character varying(36)"]);
 		await firstAttemptInRow.down(db);
 		await byteOrder.down(db);
 		const restored = (await indexKeyCollations(admin)).filter(key => textual(key.type));
-		expect(restored.map(key => key.column)).toEqual(expect.arrayContaining(ownIds));
+		expect(restored.map(key => key.column)).toEqual(expect.arrayContaining([...ownIds, ...otherIds]));
 		expect(restored.filter(key => key.collation === "C")).toEqual([]);
 		await byteOrder.up(db);
 		await firstAttemptInRow.up(db);
 		await uuidOwnIds.up(db);
+		await uuidOtherIds.up(db);
 		expect((await indexKeyCollations(admin)).filter(key => textual(key.type) && key.collation !== "C")).toEqual([]);
-		expect(await typesOf(ownIds)).toEqual(["uuid", "uuid"]);
+		expect(await typesOf([...ownIds, ...otherIds])).toEqual(Array(ownIds.length + otherIds.length).fill("uuid"));
 	});
 });

@@ -5,6 +5,7 @@
 // (order-queues.mixin.ts says why). And two promotions of one queue at once set one delivery
 // going, the earliest waiting one. A promotion that fails (the results are already committed) is
 // retried by the next poll's sweep, not left to the sweep that comes every PARKED_RECHECK_POLLS polls.
+import crypto from "node:crypto";
 import knex, { type Knex } from "knex";
 import { runMigrations } from "../mixins/db.mixin";
 import { dispatcherMigrations } from "../migrations/dispatcher";
@@ -25,7 +26,6 @@ describeOnPostgres("the promotion of an order queue's next delivery on PostgreSQ
 	let observer: Knex;
 	const webhookId = "0193a1b2-0000-7000-8000-00000000c0de";
 	const at = (second: number) => new Date(Date.UTC(2026, 10, 28, 5, 0, second)).toISOString();
-	let rows = 0;
 
 	beforeAll(async () => {
 		scratch = await scratchDatabase("postgres", "promotion");
@@ -39,9 +39,9 @@ describeOnPostgres("the promotion of an order queue's next delivery on PostgreSQ
 
 	/** A status of an order and its delivery, as intake writes them: the head, waiting, or ended. */
 	async function status(db: typeof scratch.db, orderKey: string, second: number, state: "ended" | "head" | "waiting"): Promise<string> {
-		rows += 1;
-		const eventId = `evt-${orderKey}-${rows}`;
-		const id = timeOrderedUuid(); // the dispatcher's own ids are uuid on PostgreSQL (migration 016)
+		// Every id is uuid on PostgreSQL (migrations 016 and 017).
+		const eventId = crypto.randomUUID();
+		const id = timeOrderedUuid();
 		await db("delivery_messages").insert({ event_id: eventId, customer_id: "cus", user_id: "usr", type: "tasking.order_status", body: "{}", occurred_at: at(second), created_at: at(second) });
 		await db("deliveries").insert({
 			id,
@@ -107,7 +107,6 @@ describeOnPostgres("the promotion of an order queue's next delivery on PostgreSQ
 
 describeOnPostgres("a dispatcher whose promotion failed, on PostgreSQL", () => {
 	let env: DeliveryStack;
-	const promotion = dispatcherMigrations.find(migration => migration.name === "015_order_queue_promotion_function")!;
 	beforeAll(async () => {
 		env = await startDeliveryStack("postgres", { env: { DELIVERY_POLL_INTERVAL: "100ms" } });
 	});
@@ -124,7 +123,9 @@ describeOnPostgres("a dispatcher whose promotion failed, on PostgreSQL", () => {
 		const rowOf = (eventId: string) => db("deliveries").where({ event_id: eventId, webhook_id: webhook.id }).first();
 
 		// The promotion fails as a lost connection or a failover would make it fail.
-		await db.raw(`CREATE OR REPLACE FUNCTION dispatcher_promote_order_queues(webhook_ids text[], order_keys text[], promoted_at text) RETURNS integer
+		const signature = "dispatcher_promote_order_queues(uuid[], text[], text)";
+		const realDefinition: string = (await db.raw(`SELECT pg_get_functiondef(to_regprocedure(?)) AS definition`, [signature])).rows[0].definition;
+		await db.raw(`CREATE OR REPLACE FUNCTION dispatcher_promote_order_queues(webhook_ids uuid[], order_keys text[], promoted_at text) RETURNS integer
 			LANGUAGE plpgsql AS $body$ BEGIN RAISE EXCEPTION 'promotion unavailable'; END $body$`);
 		await env.stack.app.broker.call("dispatcher.publish", h1);
 		await env.stack.app.broker.call("dispatcher.publish", h2);
@@ -137,8 +138,7 @@ describeOnPostgres("a dispatcher whose promotion failed, on PostgreSQL", () => {
 		await waitUntil(() => dispatcher().polls % PARKED_RECHECK_POLLS, sincePrevious => sincePrevious >= 1 && sincePrevious <= 5, "a poll just past a regular sweep");
 		const restoredAt = dispatcher().polls;
 		const nextRegularSweep = (Math.floor(restoredAt / PARKED_RECHECK_POLLS) + 1) * PARKED_RECHECK_POLLS;
-		await promotion.down(db);
-		await promotion.up(db);
+		await db.raw(realDefinition);
 		await waitUntil(() => rowOf(h2.event_id!), row => !row.waiting, "H2 to be promoted");
 		expect(dispatcher().polls).toBeLessThan(nextRegularSweep);
 		await waitUntil(() => rowOf(h2.event_id!), row => row.status === "succeeded", "H2 to be delivered");

@@ -246,7 +246,7 @@ async function addPending(db: Knex, engine: "sqlite" | "postgresql", already: nu
 		const rows = Math.min(PENDING_CHUNK, total - done);
 		const columns = "id, event_id, webhook_id, customer_id, status, attempt_count, next_attempt_at, created_at, updated_at";
 		if (engine === "postgresql") {
-			await db.raw(`INSERT INTO deliveries (${columns}) SELECT gen_random_uuid(), ?, gen_random_uuid()::text, 'bench-pending', 'pending', 1, ?, ?, ? FROM generate_series(1, ?)`, [eventId, later, now, now, rows]);
+			await db.raw(`INSERT INTO deliveries (${columns}) SELECT gen_random_uuid(), ?, gen_random_uuid(), 'bench-pending', 'pending', 1, ?, ?, ? FROM generate_series(1, ?)`, [eventId, later, now, now, rows]);
 		} else {
 			await db.raw(`WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < ?) INSERT INTO deliveries (${columns}) SELECT lower(hex(randomblob(16))), ?, lower(hex(randomblob(16))), 'bench-pending', 'pending', 1, ?, ?, ? FROM n`, [rows, eventId, later, now, now]);
 		}

@@ -226,7 +226,9 @@ async function addWaiting(deployment: OrderingDeployment, webhookIds: string[], 
 	const waitingPerWebhook = Math.ceil(waiting / webhookIds.length);
 	/** `count` rows from `offset` on: messages first, then a delivery of each, keyed by n.i. */
 	const insert = async (kind: string, webhookId: string, offset: number, count: number, nextAttempt: string | null, attempts: number, isWaiting: boolean, orderOf: string) => {
-		const eventId = `'${kind}${tag}-' || ${text(`n.i + ${offset}`)}`;
+		// An event id is uuid on PostgreSQL: there, the same text's digest as a UUID.
+		const eventText = `'${kind}${tag}-' || ${text(`n.i + ${offset}`)}`;
+		const eventId = pg ? `md5(${eventText})::uuid` : eventText;
 		await db.raw(`INSERT INTO delivery_messages (${messageColumns}) SELECT ${eventId}, ?, 'bench-user', 'tasking:order_status', '{}', ?, ? FROM ${numbers(count)}`, [customer, now, now]);
 		await db.raw(
 			`INSERT INTO deliveries (${columns}) SELECT ${newId}, ${eventId}, ?, ?, 'pending', ${attempts}, ?, ?, ?, ${orderOf}, ${isWaiting ? (pg ? "true" : "1") : pg ? "false" : "0"} FROM ${numbers(count)}`,

@@ -42,8 +42,11 @@ const MESSAGE_COLUMNS = ["event_id", "customer_id", "user_id", "type", "body", "
 const DELIVERY_COLUMNS = ["id", "event_id", "webhook_id", "customer_id", "status", "next_attempt_at", "lease_id", "order_key", "created_at", "updated_at"] as const satisfies ReadonlyArray<keyof NewDeliveryRow>;
 const MESSAGE_VALUES = MESSAGE_COLUMNS.map(column => (row: MessageRow) => row[column]);
 const DELIVERY_VALUES = DELIVERY_COLUMNS.map(column => (row: NewDeliveryRow) => row[column]);
-// PostgreSQL's type of each delivery column, for the unnest arrays: the dispatcher's own ids are uuid (migration 016).
-const DELIVERY_COLUMN_TYPES = DELIVERY_COLUMNS.map(column => [column, column === "id" || column === "lease_id" ? "uuid" : "text"] as const);
+// PostgreSQL's type of each column, for the unnest arrays: every id is uuid (migrations 016 and 017), the rest text.
+const UUID_COLUMNS: ReadonlySet<string> = new Set(["id", "lease_id", "event_id", "webhook_id"]);
+const typedColumns = (columns: readonly string[]) => columns.map(column => [column, UUID_COLUMNS.has(column) ? "uuid" : "text"] as const);
+const MESSAGE_COLUMN_TYPES = typedColumns(MESSAGE_COLUMNS);
+const DELIVERY_COLUMN_TYPES = typedColumns(DELIVERY_COLUMNS);
 
 // A delivery whose order's queue already has a head goes in as waiting: out of the due index,
 // without a lease, until the head ends (results.mixin.ts promotes the next one).
@@ -91,7 +94,7 @@ function insertEventsSqlite(connection: SqliteConnection, messages: MessageRow[]
 
 /**
  * PostgreSQL: the new messages and the deliveries of those in one statement (one round trip),
- * each column an array (text, but for the deliveries' own ids). Deliveries that meet their queue's head go
+ * each column an array (uuid for the ids, text for the rest). Deliveries that meet their queue's head go
  * in as waiting, in the same statement: `waiting` reads what `d` left out. The head's insert
  * waits for a concurrent transaction that inserted a head of the same queue, then sees it.
  * Within a batch only the first delivery of a queue, by its place in the arrays (`ord`: the
@@ -104,7 +107,7 @@ const INSERT_EVENTS_POSTGRES: PreparedStatement = {
 	name: "dispatcher_insert_events",
 	text: `WITH m AS (
 		INSERT INTO delivery_messages (${MESSAGE_COLUMNS.join(", ")})
-		SELECT * FROM ${unnestColumns(MESSAGE_COLUMNS.map(column => [column, "text"] as const), 1, "v")}
+		SELECT * FROM ${unnestColumns(MESSAGE_COLUMN_TYPES, 1, "v")}
 		ON CONFLICT (event_id) DO NOTHING RETURNING event_id
 	), v AS MATERIALIZED (
 		SELECT u.*, ROW_NUMBER() OVER (PARTITION BY u.webhook_id, u.order_key ORDER BY u.ord) AS turn

@@ -68,7 +68,8 @@ export function promoteNextSqlite(connection: SqliteConnection, queues: OrderQue
 // meanwhile; instances of that code still take the same locks.
 const PROMOTE_POSTGRES: PreparedStatement = {
 	name: "dispatcher_promote_order_queues",
-	text: "SELECT dispatcher_promote_order_queues($1::text[], $2::text[], $3::text) AS promoted",
+	// Webhook ids are uuid since migration 017.
+	text: "SELECT dispatcher_promote_order_queues($1::uuid[], $2::text[], $3::text) AS promoted",
 };
 
 /** PostgreSQL: locks the queues, then promotes, in one statement of its own. Returns how many were promoted. */
