@@ -471,11 +471,11 @@ export const dispatcherMigrations: Migration[] = [
 	{
 		// The event's and the webhook's ids were still 36 characters of text, in the deliveries'
 		// unique (event, webhook) index, the delivery log's, the due, pending-by-webhook, failed
-		// and order-head ones, and the messages' primary key. In a replay of intake and result writes
-		// (docs/benchmarks.md, 2026-11-28 16:13–17:45) PostgreSQL spent about 8 % less CPU and wrote
-		// 17 % less WAL per delivery with them as uuid, beside 016's own ids. An event id reaches
-		// the table in small letters (intake), as a uuid column hands it back; webhook ids are the
-		// webhooks service's, made in small letters. SQLite keeps text.
+		// and order-head ones, and the messages' primary key. As uuid, PostgreSQL wrote 16 % less
+		// WAL per delivery in the service's bursts (docs/benchmarks.md, 2026-12-01 20:10) and spent
+		// about 8 % less CPU in a replay of intake and result writes (2026-11-28 16:13). An event id
+		// reaches the table in small letters (intake), as a uuid column hands it back; webhook ids
+		// are the webhooks service's, made in small letters. SQLite keeps text.
 		name: "017_uuid_event_and_webhook_ids",
 		async up(db) {
 			if (isPostgres(db)) await setOtherIdType(db, "uuid");
