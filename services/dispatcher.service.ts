@@ -48,6 +48,7 @@ import { OrderQueuesMixin } from "../mixins/dispatcher/order-queues.mixin";
 import { RateLimitsMixin } from "../mixins/dispatcher/rate-limits.mixin";
 import { RateSlots } from "../lib/rate-slots";
 import { DrainRates } from "../lib/drain-rates";
+import { YoungTableStatistics } from "../lib/young-table-statistics";
 import { DISPATCHER_PRUNE_JOBS } from "../mixins/dispatcher/retention";
 import { RetentionMixin } from "../mixins/retention.mixin";
 
@@ -121,6 +122,7 @@ const DispatcherService: ServiceSchema<ServiceSettingSchema, DispatcherThis> = {
 		this.polls = 0;
 		this.headlessSweepDue = false;
 		this.rateSlots = new RateSlots();
+		this.tableStatistics = isPostgres(this.db) ? new YoungTableStatistics(rows => this.analyzeYoungTables(rows)) : null;
 		this.rateWake = null;
 		// On SQLite each batch is a transaction on this event loop: a saturated loop lingers a little.
 		this.intake = new MicroBatcher(items => this.persistEvents(items), MAX_INTAKE_BATCH, 0, isPostgres(this.db) ? undefined : SQLITE_INTAKE_BUSY_LINGER);
@@ -180,6 +182,7 @@ const DispatcherService: ServiceSchema<ServiceSettingSchema, DispatcherThis> = {
 		for (const webhookId of [...this.queues.keys()]) this.returnQueued(webhookId);
 		await Promise.allSettled([...this.attemptsInFlight]);
 		await this.results.drain();
+		await this.tableStatistics?.settled();
 		await this.sender?.close();
 	},
 };

@@ -242,6 +242,22 @@ export const IntakeMixin: DispatcherMixin = {
 		},
 
 		/**
+		 * PostgreSQL: ANALYZE of the tables intake writes whose statistics count fewer rows than this
+		 * instance has written (lib/young-table-statistics.ts says why). A failure only costs plans.
+		 */
+		async analyzeYoungTables(this: DispatcherThis, rowsWritten: number): Promise<void> {
+			try {
+				const { rows } = await this.db.raw<{ rows: Array<{ relname: string; reltuples: number }> }>(
+					"SELECT relname, reltuples FROM pg_class WHERE oid IN (to_regclass('deliveries'), to_regclass('delivery_messages'))",
+				);
+				const young = rows.filter(row => Number(row.reltuples) < rowsWritten).map(row => row.relname);
+				if (young.length > 0) await this.db.raw(`ANALYZE ${young.join(", ")}`);
+			} catch (err) {
+				this.logger.warn(`Could not analyze the delivery tables after ${rowsWritten} rows; their plans stay as they are: ${(err as Error).message}`);
+			}
+		},
+
+		/**
 		 * One transaction for a batch of events: new messages (a repeated event_id is skipped),
 		 * then one delivery per subscribed webhook, leased to this instance when it has room.
 		 */
@@ -296,6 +312,7 @@ export const IntakeMixin: DispatcherMixin = {
 				throw err;
 			}
 			const { inserted, waiting } = written;
+			this.tableStatistics?.noteWritten(deliveryRows.length);
 			const deliveriesOf = new Map<string, number>();
 			for (const eventId of inserted) deliveriesOf.set(eventId, 0);
 			const leased: LeasedDelivery[] = [];

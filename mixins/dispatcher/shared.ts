@@ -18,6 +18,7 @@ import type { WebhookHealth } from "./lifecycle.mixin";
 import type { WrittenEvents } from "./intake.mixin";
 import type { OrderQueue } from "./order-queues.mixin";
 import type { RateSlots } from "../../lib/rate-slots";
+import type { YoungTableStatistics } from "../../lib/young-table-statistics";
 import type { DrainRates } from "../../lib/drain-rates";
 import type { TenantMeta } from "../../lib/gateway-meta";
 
@@ -354,6 +355,9 @@ export type DispatcherThis = DbServiceThis & {
 	// rate-limits.mixin.ts
 	/** The send times this instance holds for rate-limited webhooks. */
 	rateSlots: RateSlots;
+	/** PostgreSQL: ANALYZE of the tables while they are young (lib/young-table-statistics.ts); null on SQLite. */
+	tableStatistics: YoungTableStatistics | null;
+	analyzeYoungTables(rowsWritten: number): Promise<void>;
 	/** The send loop's wake-up at a limited webhook's next send time. */
 	rateWake: { at: number; timer: NodeJS.Timeout } | null;
 	mayStartLimited(webhookId: string, limit: number, now: number): boolean;
