@@ -24,14 +24,6 @@ interface SharedConnection {
 
 const connections = new Map<string, SharedConnection>();
 
-// The SQLite connection's page cache, in KiB (SQLite's default is 2 MB). With a million deliveries
-// pending, the delivery tables' indexes run to hundreds of megabytes, and in the backlog benchmark
-// the claim of due rows took 1.3-3.6 x as long as with a thousand pending on the default cache,
-// 1.1 x on this one (docs/benchmarks.md, 2026-12-02 00:45). It is a bound, filled only as pages are
-// read, and only the connection every write goes through has it (the read cache's and the
-// checkpoint thread's connections keep the default).
-export const SQLITE_PAGE_CACHE_KIB = 65_536;
-
 function connectionKey(config: AppConfig): string {
 	return config.DATABASE_URL ? `${config.DATABASE_URL}#${config.DATABASE_SCHEMA ?? "public"}` : path.resolve(config.DATA_DIR, "service.sqlite");
 }
@@ -88,7 +80,6 @@ function createKnex(config: AppConfig): SharedConnection {
 				conn.pragma("journal_mode = WAL");
 				conn.pragma("synchronous = NORMAL");
 				conn.pragma("foreign_keys = ON");
-				conn.pragma(`cache_size = -${SQLITE_PAGE_CACHE_KIB}`);
 				if (checkpointsElsewhere) conn.pragma("wal_autocheckpoint = 0");
 				done();
 			},
