@@ -5,6 +5,7 @@ import crypto from "node:crypto";
 import { testDatabases } from "./helpers/services";
 import { orderEvent, sleep, startDeliveryStack, verified, waitUntil, type CreatedWebhook, type DeliveryStack, type OrderEvent } from "./helpers/delivery-stack";
 import { verifyDelivery } from "./helpers/https-receiver";
+import { TARGET_CACHE_MS } from "../mixins/dispatcher/shared";
 
 const TOPIC = "tasking:order_status";
 const OTHER_TOPIC = "imaging:capture_ready";
@@ -146,11 +147,17 @@ describe.each(testDatabases())("dispatcher on %s", database => {
 			lookups.push({ action, params, at: Date.now() });
 			return call(action, params as object, options as object);
 		}) as typeof broker.call);
+		const listLoadsOf = () => lookups.filter(({ action, params }) => action === "webhooks.subscribers" && (params as { customerId?: string }).customerId === customer.id);
+		// A load that came before the previous one's deadline: a refresh ahead of it, since a list
+		// is loaded in the foreground only once missing or past its deadline.
+		const refreshedAhead = () => listLoadsOf().some((load, i, loads) => i > 0 && load.at - loads[i - 1].at < TARGET_CACHE_MS);
 		const events: OrderEvent[] = [];
 		try {
-			// 6.5 s of events, past the list's and the targets' first deadline; ten in the second
-			// before that deadline, when the list is due for its refresh.
-			for (let i = 0; i < 65; i += 1) {
+			// At least 6.5 s of events, past the list's and the targets' first deadline; ten in the
+			// second before that deadline, when the list is due for its refresh. On a loaded machine
+			// a stall can outlast that second, and the list then runs out and is loaded again as
+			// usual: the events go on, bounded by their count, until a refresh has come ahead.
+			for (let i = 0; i < 400 && (i < 65 || !refreshedAhead()); i += 1) {
 				const event = order(customer);
 				events.push(event);
 				await publish(event);
@@ -160,11 +167,10 @@ describe.each(testDatabases())("dispatcher on %s", database => {
 		} finally {
 			spy.mockRestore();
 		}
-		const listLoads = lookups.filter(({ action, params }) => action === "webhooks.subscribers" && (params as { customerId?: string }).customerId === customer.id);
 		const targetLookups = lookups.filter(({ action, params }) => action === "webhooks.resolve" && ((params as { ids?: string[] }).ids ?? []).includes(webhook.id));
-		// The first event's load, then a refresh before that list's deadline; no lookup by the worker.
-		expect(listLoads.length).toBeGreaterThanOrEqual(2);
-		expect(listLoads[1].at - listLoads[0].at).toBeLessThan(5_000);
+		// The first event's load, then a refresh before a list's deadline; no lookup by the worker.
+		expect(listLoadsOf().length).toBeGreaterThanOrEqual(2);
+		expect(refreshedAhead()).toBe(true);
 		expect(targetLookups).toHaveLength(0);
 		expect(env.received(webhook)).toHaveLength(events.length);
 	});
