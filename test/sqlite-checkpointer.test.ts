@@ -11,7 +11,7 @@ import { acquireDatabase, releaseDatabase } from "../mixins/db.mixin";
 import { parseConfig } from "../lib/config";
 import { CHECKPOINT_INTERVAL_MS, SQLITE_DEFAULT_AUTOCHECKPOINT, startSqliteCheckpointer } from "../lib/sqlite-checkpointer";
 import { type SqliteConnection } from "../lib/sqlite-statements";
-import { waitUntil } from "./helpers/delivery-stack";
+import { sleep, waitUntil } from "./helpers/delivery-stack";
 
 // better-sqlite3 ships no type definitions: the service's part of it, and what is used here besides.
 type Connection = SqliteConnection & { pragma(sql: string): unknown; exec(sql: string): void; close(): void };
@@ -94,7 +94,7 @@ describe("SQLite checkpoints off the event loop", () => {
 		// to the log for the whole life of the process.
 		await withCheckpointer(undefined, async file => {
 			// Some checkpoints of the thread's own run before the service's connection is set up.
-			await new Promise(resolve => setTimeout(resolve, 3 * CHECKPOINT_INTERVAL_MS));
+			await sleep(3 * CHECKPOINT_INTERVAL_MS);
 			const service = serviceConnection(file);
 			try {
 				const sizeBefore = fs.statSync(file).size;
@@ -124,7 +124,7 @@ describe("SQLite checkpoints off the event loop", () => {
 				while (rows < MAX_ROWS && logRestarts(file) - restartsBefore < 3) {
 					for (let i = 0; i < 10; i += 1, rows += 1) {
 						service.commitRows(1);
-						await new Promise(resolve => setTimeout(resolve, 1));
+						await sleep(1);
 					}
 					largestLog = Math.max(largestLog, fs.statSync(`${file}-wal`).size);
 				}
