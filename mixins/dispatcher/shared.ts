@@ -15,7 +15,7 @@ import type { ResolvedWebhook, Subscriber } from "../../lib/schemas/webhooks";
 import type { Attempt, Delivery, DeliveryParams, DeliveryStatus, PublishResult } from "../../lib/schemas/deliveries";
 import type { WebhookDisabledEvent } from "../../lib/schemas/webhooks";
 import type { WebhookHealth } from "./lifecycle.mixin";
-import type { WrittenEvents } from "./intake.mixin";
+import type { WrittenEvents } from "./event-writes";
 import type { OrderQueue } from "./order-queues.mixin";
 import type { RateSlots } from "../../lib/rate-slots";
 import type { YoungTableStatistics } from "../../lib/young-table-statistics";
