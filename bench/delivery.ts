@@ -43,7 +43,8 @@
 // latency round's samples ([sent at, ms], monotonic clock) as a JSON line; BENCH_OFFERED fixes the
 // latency load (deliveries/s); BENCH_SERVICE_ENV adds settings to every service node (JSON);
 // BENCH_CLUSTER_DISPATCHERS sets the cluster's dispatcher processes (2);
-// BENCH_NEIGHBOURS_LAYOUTS picks the neighbours' layouts (own_origins,one_host).
+// BENCH_NEIGHBOURS_LAYOUTS picks the neighbours' layouts (own_origins,one_host), BENCH_NEIGHBOURS_TURNS
+// how many times their three arms take turns (3).
 // BENCH_DATABASE_URL is the PostgreSQL server (default
 // postgres://postgres@127.0.0.1:5432/test), BENCH_NATS_URL the NATS server.
 import crypto from "node:crypto";

@@ -1,6 +1,7 @@
 // The bad-neighbour scenario of the delivery benchmark (BENCH_SCENARIOS=neighbours): healthy
 // webhooks on SQLite beside two neighbours of other customers, one answering slowly and one always
-// answering 500 with its retries due every 250 ms. Per layout, three deployments:
+// answering 500 with its retries due every 250 ms. Per layout, three arms, each on a deployment
+// of its own, taking turns TURNS times:
 //   - the healthy webhooks alone ("without", the goal's comparison);
 //   - beside the two neighbours behaving well, answering 200 at once (`with_good_neighbours`):
 //     the same webhooks and the same work per event as below, so that what the neighbours' bad
@@ -14,13 +15,19 @@
 import { deploy, EVENTS, LATENCY_ROUNDS, OFFERED, orderEvent, throughput, WARM_UP_EVENTS } from "./deployment";
 import { latencyRound, pooled, type LatencyRound } from "./latency";
 import type { Receivers } from "./receivers";
-import { ratioOf, round } from "./stats";
+import { percentile, ratioOf, round } from "./stats";
 
 // The failing neighbour is retried every 250 ms for a minute: retries are due all the time.
 const FAST_RETRIES = Array.from({ length: 240 }, (_, i) => `${(i + 1) * 250}ms`).join(",");
 const LAYOUTS = (process.env.BENCH_NEIGHBOURS_LAYOUTS ?? "own_origins,one_host").split(",");
 // The issue's slow neighbour: an endpoint that answers after 2 s.
 const ONE_HOST_SLOW_MS = 2_000;
+// The three arms (alone, good neighbours, bad ones) take turns this many times, each turn on
+// deployments of its own, with LATENCY_ROUNDS spread over the turns. In one turn each, a closed
+// loop of EVENTS lasts a few seconds, and the one-host ratio read 0.59 in one full run and 0.96
+// and 0.80 in two runs of the scenario alone right after (docs/benchmarks.md, 2026-12-05 07:14).
+const TURNS = Number(process.env.BENCH_NEIGHBOURS_TURNS ?? 3);
+const ROUNDS_PER_TURN = Math.max(1, Math.round(LATENCY_ROUNDS / TURNS));
 
 export interface NeighbourLayout {
 	/** The healthy customers' webhooks, whose deliveries are measured. */
@@ -52,7 +59,15 @@ export function neighbourLayouts(healthyUrls: string[], slowUrl: string, failUrl
 	return Object.fromEntries(LAYOUTS.map(name => [name, layouts[name]]));
 }
 
-async function measure(receivers: Receivers, caFile: string, healthyUrls: string[], neighbourUrls: string[], eventsPerSecond?: number) {
+/** One deployment's figures: the healthy webhooks' closed-loop rate, then latency rounds at `perSecond` events a second. */
+interface Measured {
+	rate: number;
+	rounds: LatencyRound[];
+	neighbourAnswers: { slow: number; failing: number; good: number };
+	perSecond: number;
+}
+
+async function measure(receivers: Receivers, caFile: string, healthyUrls: string[], neighbourUrls: string[], rounds: number, eventsPerSecond?: number): Promise<Measured> {
 	const deployment = await deploy({ engine: "sqlite", healthyUrls, neighbourUrls, caFile, env: { DELIVERY_RETRY_SCHEDULE: FAST_RETRIES } });
 	try {
 		await throughput(deployment, receivers, WARM_UP_EVENTS);
@@ -62,35 +77,64 @@ async function measure(receivers: Receivers, caFile: string, healthyUrls: string
 		const neighbourAnswers = { slow: receivers.slow - before.slow, failing: receivers.fail - before.failing, good: receivers.quiet - before.quiet };
 		const perSecond = eventsPerSecond ?? (OFFERED ?? rate / 2) / healthyUrls.length;
 		// Steady state only, so the rounds can share the deployment.
-		const rounds: LatencyRound[] = [];
-		for (let turn = 0; turn < LATENCY_ROUNDS; turn++) rounds.push(await latencyRound(deployment.send, orderEvent, deployment.dispatchers, receivers, perSecond, healthyUrls.length));
-		const { steady, lost, rounds_p99_ms } = pooled(rounds);
-		return { figures: { healthy_deliveries_per_s: round(rate), steady, steady_rounds_p99_ms: rounds_p99_ms.steady, lost, neighbour_answers_during_throughput: neighbourAnswers }, perSecond };
+		const measured: LatencyRound[] = [];
+		for (let turn = 0; turn < rounds; turn++) measured.push(await latencyRound(deployment.send, orderEvent, deployment.dispatchers, receivers, perSecond, healthyUrls.length));
+		return { rate, rounds: measured, neighbourAnswers, perSecond };
 	} finally {
 		await deployment.stop();
 	}
 }
 
-/** One layout: the healthy webhooks alone, beside good neighbours, beside bad ones, at one offered load. */
+/** An arm's turns together: the median rate (each turn's beside it) and the latency samples of every round pooled. */
+function armFigures(turns: Measured[]) {
+	const { steady, lost, rounds_p99_ms } = pooled(turns.flatMap(turn => turn.rounds));
+	return {
+		healthy_deliveries_per_s: round(percentile(turns.map(turn => turn.rate), 50)),
+		turns_deliveries_per_s: turns.map(turn => round(turn.rate)),
+		steady,
+		steady_rounds_p99_ms: rounds_p99_ms.steady,
+		lost,
+		neighbour_answers_during_throughput: turns.map(turn => turn.neighbourAnswers),
+	};
+}
+
+/**
+ * One layout: the healthy webhooks alone, beside good neighbours and beside bad ones, at one
+ * offered load (half of the first turn's rate alone). The three take turns, each on a deployment
+ * of its own, TURNS times, and each turn's throughput is read against the same turn's alone.
+ */
 async function neighboursIn(layout: NeighbourLayout, caFile: string, receivers: Receivers) {
-	const without = await measure(receivers, caFile, layout.healthy, []);
-	const good = await measure(receivers, caFile, layout.healthy, layout.good, without.perSecond);
-	const bad = await measure(receivers, caFile, layout.healthy, layout.bad, without.perSecond);
-	const ratios = (base: typeof without.figures) => ({
-		throughput: ratioOf(bad.figures.healthy_deliveries_per_s, base.healthy_deliveries_per_s),
-		p99: ratioOf(bad.figures.steady.p99_ms, base.steady.p99_ms),
-	});
-	const vsWithout = ratios(without.figures);
-	const vsGood = ratios(good.figures);
+	const arms: Record<"without" | "good" | "bad", Measured[]> = { without: [], good: [], bad: [] };
+	let perSecond: number | undefined;
+	for (let turn = 0; turn < TURNS; turn++) {
+		const alone = await measure(receivers, caFile, layout.healthy, [], ROUNDS_PER_TURN, perSecond);
+		perSecond ??= alone.perSecond;
+		arms.without.push(alone);
+		arms.good.push(await measure(receivers, caFile, layout.healthy, layout.good, ROUNDS_PER_TURN, perSecond));
+		arms.bad.push(await measure(receivers, caFile, layout.healthy, layout.bad, ROUNDS_PER_TURN, perSecond));
+	}
+	const without = armFigures(arms.without);
+	const good = armFigures(arms.good);
+	const bad = armFigures(arms.bad);
+	// Each turn's rate beside the same turn's reference, the median of those; the p99s of the pooled samples.
+	const ratios = (reference: Measured[], referenceFigures: typeof without) => {
+		const turns = arms.bad.map((turn, i) => ratioOf(turn.rate, reference[i].rate));
+		return { throughput: round(percentile(turns, 50)), turns, p99: ratioOf(bad.steady.p99_ms, referenceFigures.steady.p99_ms) };
+	};
+	const vsWithout = ratios(arms.without, without);
+	const vsGood = ratios(arms.good, good);
 	return {
 		healthy_webhooks: layout.healthy.length,
-		offered_deliveries_per_s: round(without.perSecond * layout.healthy.length),
-		without: without.figures,
-		with_good_neighbours: good.figures,
-		with: bad.figures,
+		offered_deliveries_per_s: round((perSecond ?? 0) * layout.healthy.length),
+		turns: TURNS,
+		without,
+		with_good_neighbours: good,
+		with: bad,
 		healthy_throughput_with_vs_without: vsWithout.throughput,
+		healthy_throughput_with_vs_without_turns: vsWithout.turns,
 		healthy_p99_with_vs_without: vsWithout.p99,
 		healthy_throughput_with_vs_good_neighbours: vsGood.throughput,
+		healthy_throughput_with_vs_good_neighbours_turns: vsGood.turns,
 		healthy_p99_with_vs_good_neighbours: vsGood.p99,
 	};
 }
