@@ -3,11 +3,11 @@
 // mixins/order-status-intake.mixin.ts, or through the `publish` action (acknowledged). All
 // validate the event, record a rejected one in `delivery_rejected_events`
 // (rejected-events.mixin.ts), and hand the valid ones to a micro-batcher (`this.intake`), which
-// writes each batch in one transaction (event-writes.ts): one message per new event_id, one delivery per subscribed
-// webhook. A delivery is leased to this instance in that same insert when the worker has room,
-// so it goes straight to the send loop without a claim. Each customer's subscribed webhooks are
-// kept between batches (lib/subscriber-cache.ts), dropped on every webhooks.* change and whenever
-// this node may have missed one.
+// writes each batch in one transaction (event-writes.ts): one message per new event_id, one
+// delivery per subscribed webhook. A delivery is leased to this instance in that same insert when
+// the worker has room, so it goes straight to the send loop without a claim. Each customer's
+// subscribed webhooks are kept between batches (lib/subscriber-cache.ts), dropped on every
+// webhooks.* change and whenever this node may have missed one.
 import crypto from "node:crypto";
 import { Errors, type Context } from "moleculer";
 import type { Knex } from "knex";
