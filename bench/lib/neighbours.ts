@@ -78,7 +78,7 @@ async function measure(receivers: Receivers, caFile: string, healthyUrls: string
 		const perSecond = eventsPerSecond ?? (OFFERED ?? rate / 2) / healthyUrls.length;
 		// Steady state only, so the rounds can share the deployment.
 		const measured: LatencyRound[] = [];
-		for (let turn = 0; turn < rounds; turn++) measured.push(await latencyRound(deployment.send, orderEvent, deployment.dispatchers, receivers, perSecond, healthyUrls.length));
+		for (let i = 0; i < rounds; i++) measured.push(await latencyRound(deployment.send, orderEvent, deployment.dispatchers, receivers, perSecond, healthyUrls.length));
 		return { rate, rounds: measured, neighbourAnswers, perSecond };
 	} finally {
 		await deployment.stop();
