@@ -12,6 +12,7 @@ import os from "node:os";
 import path from "node:path";
 import { dropIntakeStreams } from "../lib/intake-channel";
 import { startStack, type Stack } from "./helpers/stack";
+import { serviceCommand } from "./helpers/service-build";
 import { describeWhere, dropTestSchema, testDatabases, TEST_DATABASE_URL, TEST_NATS_URL, type DatabaseKind } from "./helpers/services";
 import { startSmtpServer, type TestSmtpServer } from "./helpers/smtp-server";
 import type { OutboxEntry } from "../services/notifier.service";
@@ -124,8 +125,9 @@ class CrashCluster {
 			MAIL_RETRY_SCHEDULE: "200ms,400ms,600ms,800ms,1s,2s,3s,4s,5s,6s",
 			...(this.schema ? { DATABASE_URL: TEST_DATABASE_URL, DATABASE_SCHEMA: this.schema } : {}),
 		};
-		// Plain node with tsx's loader: one process, so SIGKILL really kills the notifier.
-		const child = spawn(process.execPath, ["--import", "tsx", "server.ts"], { cwd: REPO_ROOT, env, stdio: ["ignore", "pipe", "pipe"] });
+		// Plain node, one process, so SIGKILL really kills the notifier.
+		const { command, args } = serviceCommand();
+		const child = spawn(command, args, { cwd: REPO_ROOT, env, stdio: ["ignore", "pipe", "pipe"] });
 		const output: string[] = [];
 		child.stdout!.on("data", chunk => output.push(String(chunk)));
 		child.stderr!.on("data", chunk => output.push(String(chunk)));

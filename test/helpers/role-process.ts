@@ -1,11 +1,12 @@
-// One role of a cluster (gateway, dispatcher, notifier…) as a real child process: `server.ts`
-// with the role's environment, exactly as an operator starts it, its output in a log file.
-// It runs as node itself with tsx's loader, not through npm or the tsx CLI, so that a signal
-// reaches the server and SIGKILL really kills it.
+// One role of a cluster (gateway, dispatcher, notifier…) as a real child process: the server
+// with the role's environment, as an operator starts it, its output in a log file. It runs as
+// node itself (on the run's transpiled copy, service-build.ts), not through npm or the tsx CLI,
+// so that a signal reaches the server and SIGKILL really kills it.
 import { spawn, type ChildProcess } from "node:child_process";
 import fs from "node:fs";
 import path from "node:path";
 import { tailOf } from "./nats-server";
+import { serviceCommand } from "./service-build";
 
 export const REPO_ROOT = path.resolve(__dirname, "..", "..");
 
@@ -50,7 +51,8 @@ export class RoleProcess {
 		this.starts += 1;
 		fs.appendFileSync(this.logFile, `\n===== ${new Date().toISOString()} start #${this.starts} of ${this.name} =====\n`);
 		const log = fs.openSync(this.logFile, "a");
-		const child = spawn(process.execPath, ["--import", "tsx", "server.ts"], { cwd: REPO_ROOT, env: this.env, stdio: ["ignore", log, log] });
+		const { command, args } = serviceCommand();
+		const child = spawn(command, args, { cwd: REPO_ROOT, env: this.env, stdio: ["ignore", log, log] });
 		fs.closeSync(log);
 		this.child = child;
 		this.exitedPromise = new Promise(resolve => child.once("exit", (code, signal) => resolve({ code, signal })));
