@@ -18,12 +18,13 @@ import { describeWhere, testDatabases, TEST_DATABASE_URL } from "./helpers/servi
 import { startHttpsReceiver, verifyDelivery, type HttpsReceiver } from "./helpers/https-receiver";
 import { sleep, waitUntil } from "./helpers/delivery-stack";
 import { postgresBinDir, startPostgresServer, type PostgresServer } from "./helpers/postgres-server";
+import { serviceCommand } from "./helpers/service-build";
 
 const EVENTS = 600;
 /** A crash test's own bound: the sum of the bounded waits inside it (start-up, publishing, every delivery). */
 const CRASH_TEST_BOUND_MS = 240_000;
 const CONCURRENCY = 16;
-const CHILD = path.join(__dirname, "helpers", "dispatcher-child.ts");
+const CHILD = "test/helpers/dispatcher-child.ts";
 
 interface Child {
 	process: ChildProcessWithoutNullStreams;
@@ -32,8 +33,9 @@ interface Child {
 }
 
 function startChild(env: Record<string, string>): Child {
-	// Node itself with the tsx loader: a wrapper process would stand between our signals and the app.
-	const child = spawn(process.execPath, ["--import", "tsx", CHILD], { env: { ...process.env, ...env }, stdio: "pipe" });
+	// Node itself: a wrapper process would stand between our signals and the app.
+	const { command, args } = serviceCommand(CHILD);
+	const child = spawn(command, args, { cwd: path.join(__dirname, ".."), env: { ...process.env, ...env }, stdio: "pipe" });
 	const messages: Array<Record<string, any>> = [];
 	readline.createInterface({ input: child.stdout }).on("line", line => {
 		try {

@@ -12,8 +12,9 @@ import path from "node:path";
 import { buildSync } from "esbuild";
 
 const REPO_ROOT = path.resolve(__dirname, "..", "..");
-// What server.ts loads: the same set tsconfig.build.json compiles for the image, less the scripts.
-const ENTRY_FILES = ["server.ts", "app.ts", "moleculer.config.ts"];
+// What server.ts loads: the same set tsconfig.build.json compiles for the image, less the scripts;
+// and the crash test's child, which runs the app without the server around it.
+const ENTRY_FILES = ["server.ts", "app.ts", "moleculer.config.ts", "test/helpers/dispatcher-child.ts"];
 const SOURCE_DIRS = ["lib", "mixins", "services", "migrations"];
 /** Set by global-setup.ts for every worker: the directory holding the transpiled server.js. */
 const BUILD_DIR_VARIABLE = "TEST_SERVICE_BUILD";
@@ -42,11 +43,13 @@ export function removeServiceCopy(): void {
 }
 
 /**
- * How a suite starts the service as a process (cwd: the repository root): the transpiled copy
- * when the run made one, else the source through tsx (a suite run outside jest's global setup).
+ * How a suite starts the service (`entry`, a .ts file relative to the repository root, which is
+ * the cwd) as a process: its twin in the transpiled copy when the run made one, else the source
+ * through tsx (a suite run outside jest's global setup).
  */
-export function serviceCommand(): { command: string; args: string[] } {
+export function serviceCommand(entry = "server.ts"): { command: string; args: string[] } {
 	const dir = process.env[BUILD_DIR_VARIABLE];
-	if (dir && fs.existsSync(path.join(dir, "server.js"))) return { command: process.execPath, args: [path.join(dir, "server.js")] };
-	return { command: process.execPath, args: ["--import", "tsx", "server.ts"] };
+	const transpiled = dir && path.join(dir, entry.replace(/\.ts$/, ".js"));
+	if (transpiled && fs.existsSync(transpiled)) return { command: process.execPath, args: [transpiled] };
+	return { command: process.execPath, args: ["--import", "tsx", entry] };
 }
