@@ -1,6 +1,7 @@
-// A service process for the dispatcher crash test (from the run's transpiled copy, service-build.ts): the real app (createApp,
-// configuration from the environment), optionally creating a webhook and publishing events
-// through the acknowledged intake. It reports on stdout, one JSON object per line.
+// A service process for the dispatcher crash test, run from the run's transpiled copy
+// (service-build.ts): the real app (createApp, configuration from the environment), optionally
+// creating a webhook and publishing events through the acknowledged intake. It reports on
+// stdout, one JSON object per line.
 //   CHILD_WEBHOOK_URL  create a webhook to this URL for customer "crash", then publish
 //   CHILD_PUBLISH      how many events to publish (default 0)
 import { loadConfig } from "../../lib/config";
