@@ -4,7 +4,8 @@
 // `npm start` runs; what it saves is tsx's cost at every start: its module hooks in the main
 // thread and in each worker thread, about 1 s of CPU per process on the 2-core CI machine, where
 // the suites start about a hundred of them. The copy sits one level below the repository root,
-// as dist/ does, so that lib/project-root.ts finds web/dist and node_modules is found by walking up.
+// as dist/ does, so that lib/project-root.ts finds web/dist, and node_modules is found by
+// walking up.
 // The suites that check how an operator starts the service (`npm start`, `node --import tsx
 // server.ts`, `node dist/server.js`) still start it that way.
 import fs from "node:fs";
