@@ -5,6 +5,7 @@ import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { ALL_SERVICES, ConfigError, EnvSchema, LEASES_PER_CONCURRENT_ATTEMPT, loadConfig, parseConfig, resolveSecrets } from "../lib/config";
+import { serviceCommand } from "./helpers/service-build";
 
 const ROOT = path.resolve(__dirname, "..");
 const KEY = Buffer.alloc(32, 1).toString("base64");
@@ -274,7 +275,8 @@ describe("configuration", () => {
 			return new Promise((resolve, reject) => {
 				// Unset what a developer's shell might carry, so only `env` decides.
 				const clean = { DATABASE_URL: "", TRANSPORTER: "", SMTP_URL: "", AUTH_JWT_SECRET: "", SECRETS_KEY: "", AUTH_JWKS_URL: "", NODE_ENV: "" };
-				const child = spawn("npx", ["tsx", "server.ts"], { cwd: ROOT, env: { ...process.env, ...clean, PORT: "0", OPS_PORT: "0", ...env } });
+				const { command, args } = serviceCommand();
+				const child = spawn(command, args, { cwd: ROOT, env: { ...process.env, ...clean, PORT: "0", OPS_PORT: "0", ...env } });
 				let stderr = "";
 				let stdout = "";
 				child.stderr.on("data", chunk => (stderr += chunk));

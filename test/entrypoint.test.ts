@@ -11,6 +11,7 @@ import os from "node:os";
 import path from "node:path";
 import { freePort } from "./helpers/net";
 import { ensureBuilt } from "./helpers/compiled-build";
+import { serviceCommand } from "./helpers/service-build";
 import { startNatsServer, type NatsServer } from "./helpers/nats-server";
 import { describeWhere, dropTestSchema, TEST_DATABASE_URL, TEST_NATS_URL } from "./helpers/services";
 import { dropIntakeStreams } from "../lib/intake-channel";
@@ -28,6 +29,9 @@ interface Running {
 
 /** Unset what a developer's shell might carry, so that only the test's variables decide. */
 const CLEAN_ENV = { DATABASE_URL: "", TRANSPORTER: "", SMTP_URL: "", AUTH_JWT_SECRET: "", SECRETS_KEY: "", AUTH_JWKS_URL: "", NODE_ENV: "", REPL: "", PUBLIC_BASE_URL: "", SERVICES: "", STARTUP_CONNECT_TIMEOUT: "" };
+/** The server as one node process (the run's transpiled copy); the image's command has a test of its own. */
+const SERVER = serviceCommand();
+const SERVER_COMMAND = [SERVER.command, ...SERVER.args];
 /** A stack trace line, as Node prints them: "    at fn (file:line:col)". */
 const STACK_LINE = /^\s+at /m;
 
@@ -127,7 +131,7 @@ describe("the server process", () => {
 		const busy = await holdPort();
 		try {
 			const other = variable === "PORT" ? "OPS_PORT" : "PORT";
-			const running = run(["node", "--import", "tsx", "server.ts"], { DATA_DIR: dataDir(), HOST: "127.0.0.1", [variable]: String(portOf(busy)), [other]: String(await freePort()) });
+			const running = run(SERVER_COMMAND, { DATA_DIR: dataDir(), HOST: "127.0.0.1", [variable]: String(portOf(busy)), [other]: String(await freePort()) });
 			expect(await exitWithin(running, 40_000)).toBe(78);
 			expect(running.output()).toContain(`Invalid configuration: ${variable}: port ${portOf(busy)} is already in use by another process`);
 			// It never claimed to be up, and printed no stack trace.
@@ -170,11 +174,10 @@ describe("the server process", () => {
 
 	describe("start-up that either works or stops, saying why", () => {
 		const KEY_ENV = { SECRETS_KEY: KEY, AUTH_JWT_SECRET: JWT_SECRET };
-		const serverCommand = ["node", "--import", "tsx", "server.ts"];
 
 		/** Runs the server to its exit; checks the code, that it never came up, and that no stack trace was printed. */
 		async function stopsWith(code: number, env: Record<string, string>): Promise<string> {
-			const running = run(serverCommand, { DATA_DIR: dataDir(), HOST: "127.0.0.1", PORT: "0", OPS_PORT: "0", ...env });
+			const running = run(SERVER_COMMAND, { DATA_DIR: dataDir(), HOST: "127.0.0.1", PORT: "0", OPS_PORT: "0", ...env });
 			expect({ code: await exitWithin(running, 60_000), output: running.output() }).toEqual({ code, output: expect.any(String) });
 			const output = running.output();
 			expect(output).not.toMatch(STACK_LINE);
@@ -216,7 +219,7 @@ describe("the server process", () => {
 
 		it("says where to go once up, listening on loopback only in development", async () => {
 			const dir = dataDir();
-			const running = run(serverCommand, { DATA_DIR: dir, HOST: "", PORT: "0", OPS_PORT: "0" });
+			const running = run(SERVER_COMMAND, { DATA_DIR: dir, HOST: "", PORT: "0", OPS_PORT: "0" });
 			try {
 				await waitFor(() => /^ {2}Token {4}.*\n/m.test(running.output()), running);
 				const output = running.output();
@@ -332,7 +335,7 @@ describe("the server process", () => {
 		/** The server as a node of this test's NATS server, with data and an ops port of its own. */
 		async function startNode(services: string, namespace: string, env: Record<string, string> = {}): Promise<{ running: Running; opsPort: number }> {
 			const opsPort = await freePort();
-			const running = run(["node", "--import", "tsx", "server.ts"], {
+			const running = run(SERVER_COMMAND, {
 				SERVICES: services,
 				TRANSPORTER: nats!.url,
 				NAMESPACE: `${namespace}-${process.pid}`,

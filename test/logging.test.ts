@@ -12,6 +12,7 @@ import type { Context } from "moleculer";
 import { currentRequestId, logFormatter, redactSecrets, RequestScopeMiddleware } from "../lib/logging";
 import { freePort } from "./helpers/net";
 import { waitUntil } from "./helpers/delivery-stack";
+import { serviceCommand } from "./helpers/service-build";
 
 const ROOT = path.resolve(__dirname, "..");
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/;
@@ -144,7 +145,8 @@ describe("a production server's logs", () => {
 			.setIssuedAt()
 			.setExpirationTime("10m")
 			.sign(new TextEncoder().encode(jwtSecret));
-		server = spawn(path.join(ROOT, "node_modules", ".bin", "tsx"), ["server.ts"], {
+		const { command, args } = serviceCommand();
+		server = spawn(command, args, {
 			cwd: ROOT,
 			env: {
 				PATH: process.env.PATH,
