@@ -195,22 +195,29 @@ describe.each(testDatabases())("notifier on %s", database => {
 
 	it("retries while the server refuses connections, then delivers exactly one email", async () => {
 		const event = orderEvent("alice", "expired", { order_name: "Refused twice" });
+		let refusedAttempts = 0;
 		await smtp.stopListening();
 		try {
 			await emit(event);
 			// Wait (bounded) until two attempts have failed on a refused connection and released their claim.
+			// At least two: on a busy machine a third may have failed before this look (the retry comes
+			// 600 ms after the second), as it once did in CI.
 			let row: { attempts: number; lease_owner: string | null; status: string; last_error: string | null } | undefined;
 			for (let i = 0; i < 300 && !(row && Number(row.attempts) >= 2 && row.lease_owner === null); i++) {
 				await sleep(20);
 				row = await stack.db("email_outbox").where({ event_id: event.event_id }).first();
 			}
 			expect(row).toMatchObject({ status: "pending", last_error: expect.stringMatching(/ECONNECTION|ECONNREFUSED/) });
-			expect(Number(row!.attempts)).toBe(2);
+			expect(Number(row!.attempts)).toBeGreaterThanOrEqual(2);
+			refusedAttempts = Number(row!.attempts);
 		} finally {
 			await smtp.listen();
 		}
 		const entry = await settled(event.event_id!);
-		expect(entry).toMatchObject({ status: "sent", attempts: 3 });
+		expect(entry.status).toBe("sent");
+		// One more attempt than were refused, or two if one more was refused before the server was back.
+		expect(Number(entry.attempts) - refusedAttempts).toBeGreaterThanOrEqual(1);
+		expect(Number(entry.attempts) - refusedAttempts).toBeLessThanOrEqual(2);
 		expect(smtp.received.filter(byMessageId(entry.message_id))).toHaveLength(1);
 	});
 
