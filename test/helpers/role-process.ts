@@ -4,11 +4,11 @@
 // so that a signal reaches the server and SIGKILL really kills it.
 import { spawn, type ChildProcess } from "node:child_process";
 import fs from "node:fs";
-import path from "node:path";
 import { tailOf } from "./nats-server";
 import { serviceCommand } from "./service-build";
+import { REPO_ROOT } from "./compiled-build";
 
-export const REPO_ROOT = path.resolve(__dirname, "..", "..");
+export { REPO_ROOT };
 
 export interface RoleExit {
 	code: number | null;

@@ -11,8 +11,8 @@
 import fs from "node:fs";
 import path from "node:path";
 import { buildSync } from "esbuild";
+import { REPO_ROOT } from "./compiled-build";
 
-const REPO_ROOT = path.resolve(__dirname, "..", "..");
 // What server.ts loads: the same set tsconfig.build.json compiles for the image, less the scripts;
 // and the crash test's child, which runs the app without the server around it.
 const ENTRY_FILES = ["server.ts", "app.ts", "moleculer.config.ts", "test/helpers/dispatcher-child.ts"];
