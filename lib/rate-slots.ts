@@ -7,11 +7,16 @@
 //
 // A slot not used in time is dropped rather than used late: late sends beside another instance's
 // punctual ones would bunch up. So a busy instance may send a little below the limit, never above.
+// "In time" is checked twice: when the send loop takes the slot, and again where the request
+// starts (a sender thread, which may wait for a core), the start that attempted_at records.
 
 /** How much of the webhook's schedule one reservation takes: 100 ms of sends. */
 export const RESERVE_AHEAD_MS = 100;
 /** A slot missed by more than this is dropped: the excess of a one-second window is at most this much of sends. */
 export const SLOT_GRACE_MS = 25;
+
+/** The latest time an attempt on the slot of `slotAt` may start. */
+export const latestStartOf = (slotAt: number) => slotAt + SLOT_GRACE_MS;
 
 /** Milliseconds between two sends of a webhook limited to `limit` a second. */
 export const spacingOf = (limit: number) => 1_000 / limit;
@@ -55,13 +60,15 @@ export class RateSlots {
 	/** The database's clock, which the shared schedule runs on (PostgreSQL). */
 	readonly databaseClock = new ClockOffset();
 
-	/** Takes a slot due by `now`, dropping those missed; false when the next is later or none is held. */
-	take(webhookId: string, limit: number, now: number): boolean {
+	/**
+	 * Takes a slot due by `now`, dropping those missed, and returns its time; null when the next is
+	 * later or none is held.
+	 */
+	take(webhookId: string, limit: number, now: number): number | null {
 		const slots = this.slotsOf(webhookId, limit);
 		while (slots.times.length > 0 && slots.times[0] < now - SLOT_GRACE_MS) slots.times.shift();
-		if (slots.times.length === 0 || slots.times[0] > now) return false;
-		slots.times.shift();
-		return true;
+		if (slots.times.length === 0 || slots.times[0] > now) return null;
+		return slots.times.shift()!;
 	}
 
 	/** The time of the webhook's next held slot, or null when it holds none. */

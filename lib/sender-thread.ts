@@ -4,7 +4,7 @@
 import { monitorEventLoopDelay, performance } from "node:perf_hooks";
 import { parentPort, workerData } from "node:worker_threads";
 import { WebhookSender, type DeliveryOutcome, type WebhookSenderOptions } from "./webhook-sender";
-import type { FromSenderThread, SenderLoopFigures, ToSenderThread } from "./threaded-sender";
+import type { FromSenderThread, SenderLoopFigures, ThreadOutcome, ToSenderThread } from "./threaded-sender";
 
 const port = parentPort;
 if (!port) throw new Error("lib/sender-thread.ts runs only inside a worker thread");
@@ -20,8 +20,8 @@ try {
 }
 
 // Outcomes that finish in the same turn of the event loop go back as one message.
-let finished: Array<[number, DeliveryOutcome]> = [];
-function reply(id: number, outcome: DeliveryOutcome): void {
+let finished: ThreadOutcome[] = [];
+function reply(id: number, outcome: DeliveryOutcome | null): void {
 	if (finished.length === 0) setImmediate(flushOutcomes);
 	finished.push([id, outcome]);
 }
@@ -59,7 +59,11 @@ if (sender) port.on("message", (message: ToSenderThread) => receive(sender!, mes
 
 function receive(sender: WebhookSender, message: ToSenderThread): void {
 	if (message.type === "send") {
-		for (const [id, request] of message.attempts) void sender.send(request).then(outcome => reply(id, outcome));
+		for (const [id, request, startBy] of message.attempts) {
+			// A rate-limited attempt's deadline is checked here, where it starts: the hand-over from
+			// the main thread may have waited for a core past its send time.
+			void (startBy === null ? sender.send(request) : sender.sendBy(request, startBy)).then(outcome => reply(id, outcome));
+		}
 	} else if (message.type === "loop") {
 		post({ type: "loop", figures: loopFigures() });
 	} else if (message.type === "close") {

@@ -16,11 +16,15 @@ import { gaugeReadAtScrape } from "./metrics";
 import { startTypeScriptWorker } from "./typescript-worker";
 import type { DeliveryOutcome, DeliveryRequest, WebhookSenderOptions } from "./webhook-sender";
 
-export type ToSenderThread = { type: "send"; attempts: Array<[number, DeliveryRequest]> } | { type: "loop" } | { type: "close" };
+/** An attempt for the thread: its id, the request, and the latest start of a rate-limited one (else null). */
+export type ThreadAttempt = [number, DeliveryRequest, number | null];
+export type ToSenderThread = { type: "send"; attempts: ThreadAttempt[] } | { type: "loop" } | { type: "close" };
+/** An attempt's outcome, or null for a rate-limited one that could not start by its deadline. */
+export type ThreadOutcome = [number, DeliveryOutcome | null];
 export type FromSenderThread =
 	| { type: "ready" }
 	| { type: "failed"; message: string }
-	| { type: "outcomes"; outcomes: Array<[number, DeliveryOutcome]> }
+	| { type: "outcomes"; outcomes: ThreadOutcome[] }
 	| { type: "loop"; figures: SenderLoopFigures };
 
 /** A sender thread's event loop since the previous reading. */
@@ -33,13 +37,15 @@ export interface SenderLoopFigures {
 /** What the dispatcher needs of a sender, in-process or threaded. */
 export interface DeliverySender {
 	send(request: DeliveryRequest): Promise<DeliveryOutcome>;
+	/** null when the attempt could not start by `startBy` (epoch ms): nothing was sent. */
+	sendBy(request: DeliveryRequest, startBy: number): Promise<DeliveryOutcome | null>;
 	close(): Promise<void>;
 }
 
 const THREAD_ENTRY = path.join(__dirname, "sender-thread.ts");
 
 interface PendingAttempt {
-	resolve(outcome: DeliveryOutcome): void;
+	resolve(outcome: DeliveryOutcome | null): void;
 	reject(error: Error): void;
 }
 
@@ -48,7 +54,7 @@ class SenderThread {
 	private worker: Worker | null = null;
 	private ready: Promise<void> | null = null;
 	private readonly pending = new Map<number, PendingAttempt>();
-	private outbox: Array<[number, DeliveryRequest]> = [];
+	private outbox: ThreadAttempt[] = [];
 	private nextId = 1;
 	private closing = false;
 	private loopReaders: Array<(figures: SenderLoopFigures | null) => void> = [];
@@ -80,7 +86,8 @@ class SenderThread {
 		return this.ready;
 	}
 
-	send(request: DeliveryRequest): Promise<DeliveryOutcome> {
+	/** As WebhookSender's sendBy with a `startBy`, else as its send (then never null). */
+	send(request: DeliveryRequest, startBy: number | null): Promise<DeliveryOutcome | null> {
 		if (this.closing) return Promise.reject(new Error("the sender is closed"));
 		void this.start();
 		const id = this.nextId++;
@@ -88,7 +95,7 @@ class SenderThread {
 		// or intake batch starts attempts of its own, and at the end of each callback (a microtask)
 		// a burst in the cluster sent 9 attempts a message; at the end of the turn, 18.
 		if (this.outbox.length === 0) setImmediate(() => this.flush());
-		this.outbox.push([id, request]);
+		this.outbox.push([id, request, startBy]);
 		if (this.pending.size === 0) this.worker!.ref();
 		return new Promise((resolve, reject) => this.pending.set(id, { resolve, reject }));
 	}
@@ -121,7 +128,7 @@ class SenderThread {
 		this.outbox = [];
 	}
 
-	private settle(outcomes: Array<[number, DeliveryOutcome]>): void {
+	private settle(outcomes: ThreadOutcome[]): void {
 		for (const [id, outcome] of outcomes) {
 			this.pending.get(id)?.resolve(outcome);
 			this.pending.delete(id);
@@ -154,7 +161,12 @@ export class ThreadedWebhookSender implements DeliverySender {
 	}
 
 	send(request: DeliveryRequest): Promise<DeliveryOutcome> {
-		return this.threads[this.threadIndexOf(request.url)].send(request);
+		// Without a deadline the thread always attempts, so the outcome is never null.
+		return this.threads[this.threadIndexOf(request.url)].send(request, null) as Promise<DeliveryOutcome>;
+	}
+
+	sendBy(request: DeliveryRequest, startBy: number): Promise<DeliveryOutcome | null> {
+		return this.threads[this.threadIndexOf(request.url)].send(request, startBy);
 	}
 
 	async close(): Promise<void> {

@@ -260,6 +260,15 @@ export class WebhookSender {
 		});
 	}
 
+	/**
+	 * A rate-limited attempt: made only if it can start by `startBy` (epoch ms, its send time's
+	 * deadline), else nothing is sent and the answer is null, which is not an attempt.
+	 */
+	async sendBy(delivery: DeliveryRequest, startBy: number): Promise<DeliveryOutcome | null> {
+		if (Date.now() > startBy) return null;
+		return this.send(delivery);
+	}
+
 	async send(delivery: DeliveryRequest): Promise<DeliveryOutcome> {
 		const attemptedAt = new Date();
 		const started = performance.now();

@@ -80,7 +80,7 @@ const parts = [
 	LifecycleMixin,
 	// ordering per order: promotion of a queue's next delivery, event webhooks.updated (ordering "none"), waitingForOf
 	OrderQueuesMixin,
-	// rate limits: mayStartLimited (the send loop's gate), reserveSlots (the shared schedule), wakeAt
+	// rate limits: takeSendTime (the send loop's gate), reserveSlots (the shared schedule), wakeAt
 	RateLimitsMixin,
 	// action prune; RETENTION_PERIOD: old messages, finished deliveries, attempts, rejected events
 	RetentionMixin(DISPATCHER_PRUNE_JOBS),

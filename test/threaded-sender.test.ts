@@ -1,7 +1,7 @@
 // The dispatcher's sender threads (lib/threaded-sender.ts) against a real HTTPS receiver: the same
 // signed requests and outcomes as the in-process sender, batches of attempts spread over several
-// threads, a start that fails on a bad CA file, attempts held by a thread that dies, and a close
-// that lets attempts in flight finish.
+// threads, rate-limited attempts past their deadline, a start that fails on a bad CA file,
+// attempts held by a thread that dies, and a close that lets attempts in flight finish.
 import type { Worker } from "node:worker_threads";
 import { generateWebhookSecret } from "../lib/crypto";
 import { ThreadedWebhookSender } from "../lib/threaded-sender";
@@ -73,6 +73,16 @@ describe("ThreadedWebhookSender", () => {
 		const outside = new ThreadedWebhookSender({ allowNets: [], caFile, threads: 1 });
 		open.push(outside);
 		expect(await outside.send(attempt())).toMatchObject({ success: false, errorKind: "blocked", title: "Blocked" });
+	});
+
+	it("makes a rate-limited attempt only if the thread can start it by its deadline, and sends nothing otherwise", async () => {
+		const sender = await startSender(1);
+		const late = attempt("/late");
+		const timely = attempt("/timely");
+		expect(await sender.sendBy(late, Date.now() - 1)).toBeNull();
+		expect(await sender.sendBy(timely, Date.now() + 60_000)).toMatchObject({ success: true, statusCode: 200 });
+		await receiver.waitFor(1);
+		expect(receiver.requests.map(request => request.headers["webhook-id"])).toEqual([timely.messageId]);
 	});
 
 	it("fails to start with the sender's own error when the CA file is unreadable, and keeps no thread", async () => {

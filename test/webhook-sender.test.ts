@@ -1,6 +1,7 @@
 // The delivery transport against a real HTTPS receiver on loopback (self-signed certificate,
 // trusted through caFile as WEBHOOK_CA_FILE would be): signing, status handling, redirects,
-// timeouts, unreachable hosts, TLS trust, response excerpts and connection reuse.
+// timeouts, unreachable hosts, TLS trust, response excerpts, connection reuse, and rate-limited
+// attempts past their deadline.
 import { WebhookVerificationError } from "standardwebhooks";
 import { generateWebhookSecret } from "../lib/crypto";
 import { DEFAULT_USER_AGENT, RESPONSE_EXCERPT_BYTES, WebhookSender, type DeliveryRequest } from "../lib/webhook-sender";
@@ -61,6 +62,16 @@ describe("WebhookSender", () => {
 		expect(received.headers["webhook-timestamp"]).toBe(String(Math.floor(Date.parse(outcome.attemptedAt) / 1000)));
 		expect(verifyDelivery(received, secret)).toEqual(JSON.parse(request.body));
 		expect(() => verifyDelivery(received, generateWebhookSecret())).toThrow(WebhookVerificationError);
+	});
+
+	it("makes a rate-limited attempt only when it can start by its deadline: past it, nothing is sent and the answer is null", async () => {
+		const late = delivery({ messageId: "msg_late" });
+		expect(await sender.sendBy(late, Date.now() - 1)).toBeNull();
+		const timely = delivery({ messageId: "msg_timely" });
+		const outcome = await sender.sendBy(timely, Date.now() + 60_000);
+		expect(outcome).toMatchObject({ success: true, statusCode: 200 });
+		await receiver.waitFor(1);
+		expect(receiver.requests.map(request => request.headers["webhook-id"])).toEqual(["msg_timely"]);
 	});
 
 	it("signs with every secret given, so a receiver still holding the previous secret verifies during rotation", async () => {

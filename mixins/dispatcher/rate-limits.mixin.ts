@@ -2,12 +2,14 @@
 // at send times reserved from its schedule in the database (webhook_rate_slots), shared by every
 // instance, so that the webhook as a whole gets at most its limit a second. Deliveries over the
 // limit wait in the queue, holding their lease; one that waits too long for its lease goes back
-// to the database unattempted (worker.mixin.ts). Neither fails nor spends a retry.
+// to the database unattempted (worker.mixin.ts), and one whose attempt could not start by its
+// send time's deadline (a sender thread waiting for a core) goes back to the front of the queue
+// for the next. None of these fails or spends a retry.
 // lib/rate-slots.ts keeps the times this instance holds; here are the reservation and the timer
 // that wakes the send loop at the next held time.
 import type { Context } from "moleculer";
 import { isPostgres } from "../db.mixin";
-import { slotsToReserve, spacingOf } from "../../lib/rate-slots";
+import { latestStartOf, slotsToReserve, spacingOf } from "../../lib/rate-slots";
 import type { WebhookChangedEvent } from "../../lib/schemas/webhooks";
 import type { DispatcherMixin, DispatcherThis } from "./shared";
 
@@ -39,15 +41,17 @@ export const RateLimitsMixin: DispatcherMixin = {
 
 	methods: {
 		/**
-		 * Whether a delivery of a limited webhook may start now. When not, a reservation is started
-		 * if none is held, and the send loop is woken at the next held time.
+		 * Takes a send time for a delivery of a limited webhook, and returns the latest time the
+		 * attempt may start on it; null when none is due now. Then a reservation is started if none
+		 * is held, and the send loop is woken at the next held time.
 		 */
-		mayStartLimited(this: DispatcherThis, webhookId: string, limit: number, now: number): boolean {
-			if (this.rateSlots.take(webhookId, limit, now)) return true;
+		takeSendTime(this: DispatcherThis, webhookId: string, limit: number, now: number): number | null {
+			const slotAt = this.rateSlots.take(webhookId, limit, now);
+			if (slotAt !== null) return latestStartOf(slotAt);
 			if (this.rateSlots.needsReservation(webhookId, limit)) void this.reserveSlots(webhookId, limit, this.queues.get(webhookId)?.length ?? 1);
 			const nextAt = this.rateSlots.nextAt(webhookId);
 			if (nextAt !== null) this.wakeAt(nextAt);
-			return false;
+			return null;
 		},
 
 		/** Reserves the next slots of the webhook's schedule for this instance, then runs the send loop. */

@@ -301,12 +301,13 @@ export type DispatcherThis = DbServiceThis & {
 	wantsRefill(webhookId: string): boolean;
 	releaseHold(webhookId: string): void;
 	enqueue(delivery: LeasedDelivery): void;
+	requeueFirst(delivery: LeasedDelivery): void;
 	pump(): void;
 	freshTarget(webhookId: string): Target | null | undefined;
 	cacheTarget(webhookId: string, target: Target | null): void;
 	cacheSubscriberTargets(subscribers: Subscriber[]): void;
 	resolveTargets(webhookIds: string[]): Promise<void>;
-	startAttempt(delivery: LeasedDelivery, target: Target): void;
+	startAttempt(delivery: LeasedDelivery, target: Target, startBy: number | null): void;
 	noteEndpointOutcome(webhookId: string, success: boolean): void;
 	returnQueued(webhookId: string): number;
 	// results.mixin.ts
@@ -360,7 +361,7 @@ export type DispatcherThis = DbServiceThis & {
 	analyzeYoungTables(rowsWritten: number): Promise<void>;
 	/** The send loop's wake-up at a limited webhook's next send time. */
 	rateWake: { at: number; timer: NodeJS.Timeout } | null;
-	mayStartLimited(webhookId: string, limit: number, now: number): boolean;
+	takeSendTime(webhookId: string, limit: number, now: number): number | null;
 	reserveSlots(webhookId: string, limit: number, waiting: number): Promise<void>;
 	wakeAt(at: number): void;
 	// order-queues.mixin.ts

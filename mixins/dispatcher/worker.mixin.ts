@@ -126,6 +126,20 @@ export const WorkerMixin: DispatcherMixin = {
 			else this.queues.set(delivery.webhookId, [delivery]);
 		},
 
+		/**
+		 * Puts a delivery that was not attempted back at the head of its webhook's queue, its lease
+		 * still held; while stopping, back in the database, due now, as the rest of the queue goes.
+		 */
+		requeueFirst(this: DispatcherThis, delivery: LeasedDelivery): void {
+			if (this.stopping) {
+				this.finish(delivery, { status: "pending", attemptCount: delivery.attemptCount, nextAttemptAt: nowIso(), parked: false, manualRetry: delivery.manualRetry });
+				return;
+			}
+			const queue = this.queues.get(delivery.webhookId);
+			if (queue) queue.unshift(delivery);
+			else this.queues.set(delivery.webhookId, [delivery]);
+		},
+
 		/** Starts as many queued attempts as the concurrency limits allow, webhooks taking turns. */
 		pump(this: DispatcherThis): void {
 			if (this.stopping) return;
@@ -164,7 +178,11 @@ export const WorkerMixin: DispatcherMixin = {
 						continue;
 					}
 					// Over its rate limit: it waits for its next send time, the others go on.
-					if (target.rateLimit !== null && !this.mayStartLimited(webhookId, target.rateLimit, now)) continue;
+					let startBy: number | null = null;
+					if (target.rateLimit !== null) {
+						startBy = this.takeSendTime(webhookId, target.rateLimit, now);
+						if (startBy === null) continue;
+					}
 					const delivery = queue.shift()!;
 					// Rotate this webhook to the back, so that a busy one cannot starve the others.
 					this.queues.delete(webhookId);
@@ -173,7 +191,7 @@ export const WorkerMixin: DispatcherMixin = {
 						// Waited too long: the attempt could outlive the lease. Give the row back.
 						this.finish(delivery, { status: "pending", attemptCount: delivery.attemptCount, nextAttemptAt: nowIso(), parked: false, manualRetry: delivery.manualRetry });
 					} else {
-						this.startAttempt(delivery, target);
+						this.startAttempt(delivery, target, startBy);
 					}
 					started = true;
 				}
@@ -223,12 +241,18 @@ export const WorkerMixin: DispatcherMixin = {
 			else this.pump();
 		},
 
-		startAttempt(this: DispatcherThis, delivery: LeasedDelivery, target: Target): void {
+		/** `startBy`: a rate-limited attempt's latest start (its send time's deadline), else null. */
+		startAttempt(this: DispatcherThis, delivery: LeasedDelivery, target: Target, startBy: number | null): void {
 			this.inFlight += 1;
 			this.inFlightByWebhook.set(delivery.webhookId, (this.inFlightByWebhook.get(delivery.webhookId) ?? 0) + 1);
-			const attempt = this.sender
-				.send({ url: target.url, messageId: messageIdOf(delivery.id), body: delivery.body, secrets: target.secrets, headers: target.headers, timeoutMs: this.config.DELIVERY_TIMEOUT })
+			const request = { url: target.url, messageId: messageIdOf(delivery.id), body: delivery.body, secrets: target.secrets, headers: target.headers, timeoutMs: this.config.DELIVERY_TIMEOUT };
+			const attempt = (startBy === null ? this.sender.send(request) : this.sender.sendBy(request, startBy))
 				.then(outcome => {
+					if (outcome === null) {
+						// Its send time passed before it could start: not an attempt. First in line for the next one.
+						this.requeueFirst(delivery);
+						return;
+					}
 					traceAttempt({ deliveryId: delivery.id, webhookId: delivery.webhookId, url: target.url, attempt: delivery.attemptCount + 1, traceContext: delivery.traceContext ?? null }, outcome);
 					this.noteEndpointOutcome(delivery.webhookId, outcome.success);
 					const update = this.afterAttempt(delivery, outcome);
