@@ -1,10 +1,12 @@
-// Probes PostgreSQL and NATS once for the whole run and passes the answer to every suite, and
+// Probes PostgreSQL and NATS once for the whole run and passes the answer to every suite,
+// compacts the test database's catalogs when earlier runs have bloated them (services.ts), and
 // transpiles the service once for the role processes the suites start (service-build.ts).
 import { buildServiceCopy, rememberServiceCopy } from "./service-build";
-import { natsAvailable, postgresAvailable } from "./services";
+import { compactTestCatalogs, natsAvailable, postgresAvailable } from "./services";
 
 export default async function globalSetup(): Promise<void> {
 	process.env.TEST_POSTGRES = (await postgresAvailable()) ? "yes" : "no";
+	if (process.env.TEST_POSTGRES === "yes") await compactTestCatalogs();
 	process.env.TEST_NATS = (await natsAvailable()) ? "yes" : "no";
 	rememberServiceCopy(buildServiceCopy());
 }

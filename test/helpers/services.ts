@@ -16,6 +16,28 @@ export async function dropTestSchema(schema: string): Promise<void> {
 	}
 }
 
+// The suites create and drop hundreds of schemas in the database "test" per run. On a server with
+// autovacuum off, as on the CI machine, the dead rows that leaves in the system catalogs are never
+// removed, and every read of them (a new connection's first queries, DDL, information_schema) gets
+// slower run after run: pg_attribute had grown to 57 MB, 230,000 dead rows beside 247 live ones.
+const CATALOG_COMPACTION_BYTES = 8 * 1024 * 1024;
+
+/** Compacts the test database's system catalogs once they have grown past CATALOG_COMPACTION_BYTES. */
+export async function compactTestCatalogs(): Promise<void> {
+	const admin = knex({ client: "pg", connection: TEST_DATABASE_URL, pool: { min: 0, max: 1 } });
+	try {
+		const { rows } = await admin.raw<{ rows: Array<{ bytes: string }> }>("SELECT pg_total_relation_size('pg_catalog.pg_attribute') AS bytes");
+		if (Number(rows[0].bytes) <= CATALOG_COMPACTION_BYTES) return;
+		// Not worth a hang: a session left holding a lock here only means a slower run.
+		await admin.raw("SET lock_timeout = '10s'");
+		await admin.raw("VACUUM FULL");
+	} catch (error) {
+		console.warn(`Could not compact the test database's catalogs, continuing: ${(error as Error).message}`);
+	} finally {
+		await admin.destroy();
+	}
+}
+
 function canConnect(url: string, defaultPort: number): Promise<boolean> {
 	const { hostname, port } = new URL(url);
 	return new Promise(resolve => {
