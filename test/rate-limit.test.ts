@@ -9,6 +9,7 @@ import { testDatabases } from "./helpers/services";
 import { attemptsMadeBy, startDeliveryStack, waitUntil, type DeliveryStack } from "./helpers/delivery-stack";
 import { ClockOffset, RateSlots, SLOT_GRACE_MS, latestStartOf, slotsToReserve } from "../lib/rate-slots";
 import type { DeliverySender } from "../lib/threaded-sender";
+import type { DeliveryOutcome } from "../lib/webhook-sender";
 import { busiestSecond } from "../bench/lib/stats";
 
 // The count is made on each attempt's start in the sender thread, which checks there that the
@@ -67,16 +68,19 @@ describe.each(testDatabases())("a rate-limited webhook with one dispatcher on %s
 		// thread that waited for a core would reach it.
 		const dispatcher = stack.app.broker.getLocalService("dispatcher") as unknown as { sender: DeliverySender };
 		const sender = dispatcher.sender;
-		let delayed = 0;
+		const delayedOutcomes: Array<DeliveryOutcome | null> = [];
+		let delayedCalls = 0;
 		let notStarted = 0;
 		dispatcher.sender = {
 			send: request => sender.send(request),
 			async sendBy(request, startBy) {
-				if (delayed < 3) {
-					delayed += 1;
+				const delay = delayedCalls < 3;
+				if (delay) {
+					delayedCalls += 1;
 					await sleep(startBy + 20 - Date.now());
 				}
 				const outcome = await sender.sendBy(request, startBy);
+				if (delay) delayedOutcomes.push(outcome);
 				if (outcome === null) notStarted += 1;
 				return outcome;
 			},
@@ -93,7 +97,9 @@ describe.each(testDatabases())("a rate-limited webhook with one dispatcher on %s
 				found => found.length === events.length && found.every(row => row.status === "succeeded"),
 				"the deliveries of the webhook whose first starts came late",
 			);
-			expect({ delayed, notStarted }).toEqual({ delayed: 3, notStarted: 3 });
+			// The three late ones were not sent; on a busy machine a real hand-over may have missed too.
+			expect(delayedOutcomes).toEqual([null, null, null]);
+			console.log(`missed starts on ${database}: ${notStarted} (3 of them made late by the test)`);
 			// A missed start is not an attempt: one attempt per delivery, in the log and in the rows.
 			const [{ count: attempts }] = await stack.db("delivery_attempt_log").whereIn("delivery_id", rows.map(row => row.id)).count({ count: "*" });
 			expect(Number(attempts)).toBe(events.length);
