@@ -130,6 +130,7 @@ const DispatcherService: ServiceSchema<ServiceSettingSchema, DispatcherThis> = {
 		this.metrics = {
 			attempts: counter(this.broker, "webhook_delivery_attempts_total", "Webhook delivery attempts, by result", ["result"]),
 			deliveries: counter(this.broker, "webhook_deliveries_finished_total", "Webhook deliveries that reached a final status", ["status"]),
+			missedStarts: counter(this.broker, "webhook_rate_limit_missed_starts_total", "Rate-limited attempts not made because they could not start by their send time's deadline (the delivery takes the next send time)"),
 			duration: histogram(this.broker, "webhook_delivery_attempt_seconds", "Duration of webhook delivery attempts", ["result"], [0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 15]),
 			firstAttemptLag: histogram(
 				this.broker,

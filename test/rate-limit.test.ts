@@ -11,6 +11,7 @@ import { ClockOffset, RateSlots, SLOT_GRACE_MS, latestStartOf, slotsToReserve } 
 import type { DeliverySender } from "../lib/threaded-sender";
 import type { DeliveryOutcome } from "../lib/webhook-sender";
 import { busiestSecond } from "../bench/lib/stats";
+import { metricsOf } from "../lib/metrics";
 
 // The count is made on each attempt's start in the sender thread, which checks there that the
 // start is within SLOT_GRACE_MS of its send time: a hand-over that waited for a core past it
@@ -64,6 +65,8 @@ describe.each(testDatabases())("a rate-limited webhook with one dispatcher on %s
 		const patched = await stack.request("PATCH", `/id/v3/webhooks/${webhook.id}`, { token, body: { rate_limit: 20, ordering: "per_order" } });
 		expect(patched.body).toMatchObject({ rate_limit: 20, ordering: "per_order" });
 
+		const missedStarts = async () => (await metricsOf(stack.app.broker).getSingleMetric("webhook_rate_limit_missed_starts_total")!.get()).values.reduce((sum, value) => sum + value.value, 0);
+		const missedBefore = await missedStarts();
 		// The real sender, reached late by the first three attempts, as a hand-over to a sender
 		// thread that waited for a core would reach it.
 		const dispatcher = stack.app.broker.getLocalService("dispatcher") as unknown as { sender: DeliverySender };
@@ -100,6 +103,8 @@ describe.each(testDatabases())("a rate-limited webhook with one dispatcher on %s
 			// The three late ones were not sent; on a busy machine a real hand-over may have missed too.
 			expect(delayedOutcomes).toEqual([null, null, null]);
 			console.log(`missed starts on ${database}: ${notStarted} (3 of them made late by the test)`);
+			// Each missed start is counted for operators, and none is an attempt.
+			expect((await missedStarts()) - missedBefore).toBe(notStarted);
 			// A missed start is not an attempt: one attempt per delivery, in the log and in the rows.
 			const [{ count: attempts }] = await stack.db("delivery_attempt_log").whereIn("delivery_id", rows.map(row => row.id)).count({ count: "*" });
 			expect(Number(attempts)).toBe(events.length);

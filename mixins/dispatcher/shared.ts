@@ -279,6 +279,7 @@ export type DispatcherThis = DbServiceThis & {
 	metrics: {
 		attempts: ReturnType<typeof counter>;
 		deliveries: ReturnType<typeof counter>;
+		missedStarts: ReturnType<typeof counter>;
 		duration: ReturnType<typeof histogram>;
 		firstAttemptLag: ReturnType<typeof histogram>;
 		claims: ReturnType<typeof histogram>;

@@ -250,6 +250,7 @@ export const WorkerMixin: DispatcherMixin = {
 				.then(outcome => {
 					if (outcome === null) {
 						// Its send time passed before it could start: not an attempt. First in line for the next one.
+						this.metrics.missedStarts.inc();
 						this.requeueFirst(delivery);
 						return;
 					}
