@@ -21,6 +21,7 @@ module.exports = {
 	testSequencer: "<rootDir>/test/helpers/longest-first-sequencer.js",
 	globalSetup: "<rootDir>/test/helpers/global-setup.ts",
 	globalTeardown: "<rootDir>/test/helpers/global-teardown.ts",
+	setupFilesAfterEnv: ["<rootDir>/test/helpers/threads-from-copy.ts"],
 	// A suite whose setup fails may never reach its afterAll, leaving a pool or child process
 	// open; exit anyway so that a failing run fails at once instead of hanging CI. Passing runs
 	// close everything they open (checked with --detectOpenHandles).

@@ -38,6 +38,11 @@ export function rememberServiceCopy(dir: string): void {
 	process.env[BUILD_DIR_VARIABLE] = dir;
 }
 
+/** The run's transpiled copy, when jest's global setup made one. */
+export function serviceCopyDir(): string | undefined {
+	return process.env[BUILD_DIR_VARIABLE];
+}
+
 export function removeServiceCopy(): void {
 	const dir = process.env[BUILD_DIR_VARIABLE];
 	if (dir) fs.rmSync(dir, { recursive: true, force: true });
