@@ -302,6 +302,7 @@ export type DispatcherThis = DbServiceThis & {
 	wantsRefill(webhookId: string): boolean;
 	releaseHold(webhookId: string): void;
 	enqueue(delivery: LeasedDelivery): void;
+	giveBack(delivery: LeasedDelivery): void;
 	requeueFirst(delivery: LeasedDelivery): void;
 	pump(): void;
 	freshTarget(webhookId: string): Target | null | undefined;

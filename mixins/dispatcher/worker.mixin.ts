@@ -126,13 +126,18 @@ export const WorkerMixin: DispatcherMixin = {
 			else this.queues.set(delivery.webhookId, [delivery]);
 		},
 
+		/** Gives a leased delivery that was not attempted back to the database, due now. */
+		giveBack(this: DispatcherThis, delivery: LeasedDelivery): void {
+			this.finish(delivery, { status: "pending", attemptCount: delivery.attemptCount, nextAttemptAt: nowIso(), parked: false, manualRetry: delivery.manualRetry });
+		},
+
 		/**
 		 * Puts a delivery that was not attempted back at the head of its webhook's queue, its lease
 		 * still held; while stopping, back in the database, due now, as the rest of the queue goes.
 		 */
 		requeueFirst(this: DispatcherThis, delivery: LeasedDelivery): void {
 			if (this.stopping) {
-				this.finish(delivery, { status: "pending", attemptCount: delivery.attemptCount, nextAttemptAt: nowIso(), parked: false, manualRetry: delivery.manualRetry });
+				this.giveBack(delivery);
 				return;
 			}
 			const queue = this.queues.get(delivery.webhookId);
@@ -189,7 +194,7 @@ export const WorkerMixin: DispatcherMixin = {
 					if (queue.length > 0) this.queues.set(webhookId, queue);
 					if (Date.now() + this.config.DELIVERY_TIMEOUT + LEASE_SAFETY_MS > delivery.leaseExpiresAt) {
 						// Waited too long: the attempt could outlive the lease. Give the row back.
-						this.finish(delivery, { status: "pending", attemptCount: delivery.attemptCount, nextAttemptAt: nowIso(), parked: false, manualRetry: delivery.manualRetry });
+						this.giveBack(delivery);
 					} else {
 						this.startAttempt(delivery, target, startBy);
 					}
@@ -301,7 +306,7 @@ export const WorkerMixin: DispatcherMixin = {
 			const queued = this.queues.get(webhookId) ?? [];
 			this.queues.delete(webhookId);
 			for (const delivery of queued) {
-				this.finish(delivery, { status: "pending", attemptCount: delivery.attemptCount, nextAttemptAt: nowIso(), parked: false, manualRetry: delivery.manualRetry });
+				this.giveBack(delivery);
 			}
 			return queued.length;
 		},
