@@ -44,7 +44,7 @@ export function serviceCopyDir(): string | undefined {
 }
 
 export function removeServiceCopy(): void {
-	const dir = process.env[BUILD_DIR_VARIABLE];
+	const dir = serviceCopyDir();
 	if (dir) fs.rmSync(dir, { recursive: true, force: true });
 }
 
@@ -54,7 +54,7 @@ export function removeServiceCopy(): void {
  * through tsx (a suite run outside jest's global setup).
  */
 export function serviceCommand(entry = "server.ts"): { command: string; args: string[] } {
-	const dir = process.env[BUILD_DIR_VARIABLE];
+	const dir = serviceCopyDir();
 	const transpiled = dir && path.join(dir, entry.replace(/\.ts$/, ".js"));
 	if (transpiled && fs.existsSync(transpiled)) return { command: process.execPath, args: [transpiled] };
 	return { command: process.execPath, args: ["--import", "tsx", entry] };

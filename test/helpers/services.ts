@@ -1,19 +1,24 @@
 // Which external servers the suites can use. In CI (CI=true) PostgreSQL and NATS must be up:
 // a suite that needs them fails rather than skips. On a laptop without them it skips, saying so.
 import net from "node:net";
-import knex from "knex";
+import knex, { type Knex } from "knex";
 
 export const TEST_DATABASE_URL = process.env.TEST_DATABASE_URL ?? "postgres://postgres@127.0.0.1:5432/test";
 export const TEST_NATS_URL = process.env.TEST_NATS_URL ?? "nats://127.0.0.1:4222";
 
-/** Drops a schema a test made on the shared PostgreSQL, with everything in it, through a connection of its own. */
-export async function dropTestSchema(schema: string): Promise<void> {
+/** Runs `work` on a connection of its own to the shared PostgreSQL's test database, closed after. */
+async function withAdminConnection<T>(work: (admin: Knex) => Promise<T>): Promise<T> {
 	const admin = knex({ client: "pg", connection: TEST_DATABASE_URL, pool: { min: 0, max: 1 } });
 	try {
-		await admin.raw(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`);
+		return await work(admin);
 	} finally {
 		await admin.destroy();
 	}
+}
+
+/** Drops a schema a test made on the shared PostgreSQL, with everything in it, through a connection of its own. */
+export async function dropTestSchema(schema: string): Promise<void> {
+	await withAdminConnection(admin => admin.raw(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`));
 }
 
 // The suites create and drop hundreds of schemas in the database "test" per run. On a server with
@@ -24,17 +29,16 @@ const CATALOG_COMPACTION_BYTES = 8 * 1024 * 1024;
 
 /** Compacts the test database's system catalogs once they have grown past CATALOG_COMPACTION_BYTES. */
 export async function compactTestCatalogs(): Promise<void> {
-	const admin = knex({ client: "pg", connection: TEST_DATABASE_URL, pool: { min: 0, max: 1 } });
 	try {
-		const { rows } = await admin.raw<{ rows: Array<{ bytes: string }> }>("SELECT pg_total_relation_size('pg_catalog.pg_attribute') AS bytes");
-		if (Number(rows[0].bytes) <= CATALOG_COMPACTION_BYTES) return;
-		// Not worth a hang: a session left holding a lock here only means a slower run.
-		await admin.raw("SET lock_timeout = '10s'");
-		await admin.raw("VACUUM FULL");
+		await withAdminConnection(async admin => {
+			const { rows } = await admin.raw<{ rows: Array<{ bytes: string }> }>("SELECT pg_total_relation_size('pg_catalog.pg_attribute') AS bytes");
+			if (Number(rows[0].bytes) <= CATALOG_COMPACTION_BYTES) return;
+			// Not worth a hang: a session left holding a lock here only means a slower run.
+			await admin.raw("SET lock_timeout = '10s'");
+			await admin.raw("VACUUM FULL");
+		});
 	} catch (error) {
 		console.warn(`Could not compact the test database's catalogs, continuing: ${(error as Error).message}`);
-	} finally {
-		await admin.destroy();
 	}
 }
 
