@@ -5,7 +5,7 @@ const js = require("@eslint/js");
 const tseslint = require("typescript-eslint");
 
 module.exports = tseslint.config(
-	{ ignores: ["node_modules/", "data/", "coverage/", "dist/", "web/dist/", "sdk/dist/", "sdk/.dist-check-*/", ".image-check-*/", ".test-build-*/", ".ci/.cache/"] },
+	{ ignores: ["node_modules/", "data/", "coverage/", "dist/", "web/dist/", "sdk/dist/", "sdk/.dist-check-*/", ".image-check-*/", ".test-build-*/", ".bench-build-*/", ".ci/.cache/"] },
 	js.configs.recommended,
 	...tseslint.configs.recommended,
 	{

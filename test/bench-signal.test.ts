@@ -1,6 +1,8 @@
 // A delivery benchmark stopped by Ctrl-C or SIGTERM in the middle of a run leaves nothing on the
 // shared servers: its service processes stop, and its PostgreSQL schemas and JetStream streams,
-// which the run's own steps remove only as they finish, are removed before it exits.
+// which the run's own steps remove only as they finish, are removed before it exits. Nor does it
+// leave the transpiled copy its child processes run from (bench/lib/child.ts): here it makes its
+// own, as outside the suite, instead of taking the run's.
 import { spawn } from "node:child_process";
 import fs from "node:fs";
 import path from "node:path";
@@ -56,7 +58,7 @@ describe("npm run bench -- delivery, stopped by a signal", () => {
 		// and a stream of its own, where the signal comes.
 		const bench = spawn(process.execPath, ["--import", "tsx", "bench/index.ts", "delivery"], {
 			cwd: ROOT,
-			env: { ...process.env, BENCH_SCENARIOS: "postgresql", BENCH_EVENTS: "50", BENCH_LATENCY_ROUNDS: "1", BENCH_DATABASE_URL: TEST_DATABASE_URL, BENCH_NATS_URL: TEST_NATS_URL },
+			env: { ...process.env, BENCH_TRANSPILED_COPY: "", BENCH_SCENARIOS: "postgresql", BENCH_EVENTS: "50", BENCH_LATENCY_ROUNDS: "1", BENCH_DATABASE_URL: TEST_DATABASE_URL, BENCH_NATS_URL: TEST_NATS_URL },
 			stdio: ["ignore", "pipe", "pipe"],
 		});
 		let stderr = "";
@@ -71,11 +73,18 @@ describe("npm run bench -- delivery, stopped by a signal", () => {
 				await sleep(100);
 			}
 			expect(processesOf(runId).length).toBeGreaterThan(0);
+			const copy = /the child processes run from (\S+), transpiled/.exec(stderr)?.[1];
+			expect(copy && fs.existsSync(path.join(copy, "bench", "lib", "service-node.js"))).toBe(true);
 
 			bench.kill(signal);
 			expect(await exited).toBe(signal === "SIGINT" ? 130 : 143);
 			expect(stderr).toContain(`bench delivery: ${signal}: stopping the run's processes, removing its schemas and streams`);
-			expect({ schemas: await schemasOf(db, runId), streams: await streamsOf(nats, runId), processes: processesOf(runId) }).toEqual({ schemas: [], streams: [], processes: [] });
+			expect({ schemas: await schemasOf(db, runId), streams: await streamsOf(nats, runId), processes: processesOf(runId), copyLeft: fs.existsSync(copy!) }).toEqual({
+				schemas: [],
+				streams: [],
+				processes: [],
+				copyLeft: false,
+			});
 		} finally {
 			if (bench.exitCode === null && bench.signalCode === null) {
 				bench.kill("SIGKILL");

@@ -2,6 +2,8 @@
 // test one core and the load generator (in the parent) the other, instead of both fighting
 // over one event loop, which would measure the load generator as much as the server.
 import { fork, type ChildProcess } from "node:child_process";
+import fs from "node:fs";
+import { SERVICE_SOURCES, transpileRepository, transpiledTwin } from "./transpiled-copy";
 
 export interface ChildServer<Ready> {
 	/** What the child reported once it was ready (e.g. its port). */
@@ -14,15 +16,33 @@ const STOP_GRACE_MS = 15_000;
 // Every child still running, so that a run stopped by a signal can stop them before it cleans up.
 const running = new Set<() => Promise<void>>();
 
+/** Set to a transpiled copy (transpiled-copy.ts) to start the children from, instead of making one. */
+const COPY_VARIABLE = "BENCH_TRANSPILED_COPY";
+
 /**
- * Forks `script` (TypeScript, run through tsx) with `env` added to this process's environment,
- * and waits for its first IPC message. The script reports readiness with `process.send(...)`
- * and should stop cleanly on SIGTERM.
+ * The transpiled copy the children run from: the one named by BENCH_TRANSPILED_COPY (the test
+ * suite passes its run's copy), else one made at the first child and removed when this process
+ * exits.
+ */
+function childrenCopy(): string {
+	const named = process.env[COPY_VARIABLE];
+	if (named) return named;
+	const copy = transpileRepository(".bench-build-", { files: SERVICE_SOURCES.files, dirs: [...SERVICE_SOURCES.dirs, "bench", "test/helpers"] });
+	process.once("exit", () => fs.rmSync(copy, { recursive: true, force: true }));
+	process.env[COPY_VARIABLE] = copy;
+	process.stderr.write(`bench: the child processes run from ${copy}, transpiled from the source; removed at exit\n`);
+	return copy;
+}
+
+/**
+ * Forks `script` (a TypeScript file of bench/lib, run from its transpiled twin) with `env` added
+ * to this process's environment, and waits for its first IPC message. The script reports
+ * readiness with `process.send(...)` and should stop cleanly on SIGTERM.
  */
 export function startChild<Ready>(script: string, env: Record<string, string>, timeoutMs = 120_000, nodeOptions: string[] = []): Promise<ChildServer<Ready>> {
-	const child = fork(script, [], {
+	const child = fork(transpiledTwin(childrenCopy(), script), [], {
 		env: { ...process.env, ...env },
-		execArgv: ["--import", "tsx", ...nodeOptions],
+		execArgv: nodeOptions,
 		// The child's logs join ours on stderr; stdout stays clean for the JSON result.
 		stdio: ["ignore", process.stderr, process.stderr, "ipc"],
 	});
