@@ -67,7 +67,8 @@ describeWithNats.each(testDatabases())("the compiled server (node dist/server.js
 	};
 
 	beforeAll(async () => {
-		ensureBuilt({ force: database === testDatabases()[0] });
+		// `npm run build` once per run, here or in entrypoint.test.ts, whichever comes first.
+		ensureBuilt();
 		layout = imageLayout();
 		receiver = await startHttpsReceiver();
 		smtp = await startSmtpServer();

@@ -9,25 +9,64 @@ import path from "node:path";
 
 export const REPO_ROOT = path.resolve(__dirname, "..", "..");
 const DIST = path.join(REPO_ROOT, "dist");
-const SOURCES = ["server.ts", "app.ts", "moleculer.config.ts", "package.json", "tsconfig.json", "tsconfig.build.json", "lib", "mixins", "services", "migrations", "scripts"];
+// Held while a suite checks and builds dist/: a build starts by removing dist/, which another
+// suite may be running `node dist/server.js` from.
+const BUILD_LOCK = path.join(REPO_ROOT, "dist.build-lock");
+const LOCK_WAIT_MS = 300_000;
+/** Set by global-setup.ts: when this jest run started (ms since the epoch). */
+const RUN_STARTED_VARIABLE = "TEST_RUN_STARTED_AT";
 
-function newestSourceChange(): number {
-	let newest = 0;
-	const visit = (file: string) => {
-		const stat = fs.statSync(file);
-		if (stat.isDirectory()) for (const entry of fs.readdirSync(file)) visit(path.join(file, entry));
-		else newest = Math.max(newest, stat.mtimeMs);
-	};
-	for (const source of SOURCES) visit(path.join(REPO_ROOT, source));
-	return newest;
+export function rememberRunStart(): void {
+	process.env[RUN_STARTED_VARIABLE] = String(Date.now());
 }
 
-/** Runs `npm run build` unless dist/ is newer than every source it is built from (or `force`). */
-export function ensureBuilt(options: { force?: boolean } = {}): void {
-	const built = fs.existsSync(path.join(DIST, "server.js")) ? fs.statSync(path.join(DIST, "server.js")).mtimeMs : 0;
-	if (!options.force && built > newestSourceChange()) return;
-	const result = spawnSync("npm", ["run", "build"], { cwd: REPO_ROOT, encoding: "utf8" });
-	if (result.status !== 0) throw new Error(`npm run build failed (${result.status}):\n${result.stdout}\n${result.stderr}`);
+function sleepSync(ms: number): void {
+	Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, ms);
+}
+
+function isAlive(pid: number): boolean {
+	try {
+		process.kill(pid, 0);
+		return true;
+	} catch {
+		return false;
+	}
+}
+
+function withBuildLock(work: () => void): void {
+	const giveUpAt = Date.now() + LOCK_WAIT_MS;
+	for (;;) {
+		try {
+			fs.mkdirSync(BUILD_LOCK);
+			break;
+		} catch (err) {
+			if ((err as NodeJS.ErrnoException).code !== "EEXIST") throw err;
+			// A lock whose holder is gone (a run killed mid-build) is taken over.
+			const holder = Number(fs.readFileSync(path.join(BUILD_LOCK, "pid"), { encoding: "utf8", flag: "a+" }));
+			if (holder && !isAlive(holder)) fs.rmSync(BUILD_LOCK, { recursive: true, force: true });
+			else if (Date.now() > giveUpAt) throw new Error(`${BUILD_LOCK} was held for ${LOCK_WAIT_MS} ms`);
+			else sleepSync(200);
+		}
+	}
+	try {
+		fs.writeFileSync(path.join(BUILD_LOCK, "pid"), String(process.pid));
+		work();
+	} finally {
+		fs.rmSync(BUILD_LOCK, { recursive: true, force: true });
+	}
+}
+
+/**
+ * Runs `npm run build` once per jest run: unless dist/ was built since the run started, by this
+ * suite or another (outside jest's global setup, always).
+ */
+export function ensureBuilt(): void {
+	withBuildLock(() => {
+		const built = fs.existsSync(path.join(DIST, "server.js")) ? fs.statSync(path.join(DIST, "server.js")).mtimeMs : 0;
+		if (built > Number(process.env[RUN_STARTED_VARIABLE] ?? Infinity)) return;
+		const result = spawnSync("npm", ["run", "build"], { cwd: REPO_ROOT, encoding: "utf8" });
+		if (result.status !== 0) throw new Error(`npm run build failed (${result.status}):\n${result.stdout}\n${result.stderr}`);
+	});
 }
 
 export interface ImageLayout {
