@@ -19,11 +19,11 @@ const { filename, intervalMs, restartAtFrames } = workerData as Options;
 
 const db = new openDatabase(filename);
 db.pragma("busy_timeout = 5000");
-// The thread starts before the service's connection has opened the file. A connection whose
-// first checkpoint finds the database not yet in WAL mode never looks again: every later
-// checkpoint answered "not in WAL mode" (log -1) while the log grew by tens of megabytes a second,
-// all of it left for the kernel to write back at once (the benchmark's stalls). Setting the
-// mode here, as the service's connection does, makes the order of the two irrelevant.
+// A connection whose first checkpoint finds the database not yet in WAL mode never looks again:
+// every later checkpoint answered "not in WAL mode" (log -1) while the log grew by tens of
+// megabytes a second, all of it left for the kernel to write back at once (the benchmark's
+// stalls). The service puts the file in WAL mode before it starts this thread
+// (switchToWriteAheadLog); the mode is set here too, for a thread started on a file that is not.
 db.pragma("journal_mode = WAL");
 
 type CheckpointResult = Array<{ busy: number; log: number; checkpointed: number }>;

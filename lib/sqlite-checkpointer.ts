@@ -13,6 +13,27 @@ export const CHECKPOINT_INTERVAL_MS = 250;
 export const RESTART_LOG_AT_FRAMES = 8_192;
 export const SQLITE_DEFAULT_AUTOCHECKPOINT = 1000;
 
+/**
+ * Puts the database file in WAL mode (SQLite keeps the mode in the file) before the checkpoint
+ * thread and the service's connection open it. On a new file each of them switched it at the
+ * same time: each held a shared lock and asked for the exclusive one, and SQLite answers one of
+ * them "database is locked" at once rather than wait, since that wait could never end. A test
+ * run on a busy machine met it as the service's first connection failing at start-up.
+ */
+export function switchToWriteAheadLog(filename: string): void {
+	// Required here, so that a node on PostgreSQL never loads the addon. better-sqlite3 ships no
+	// type definitions; this is the part used here.
+	// eslint-disable-next-line @typescript-eslint/no-require-imports
+	const openDatabase = require("better-sqlite3") as new (filename: string) => { pragma(sql: string): unknown; close(): void };
+	const db = new openDatabase(filename);
+	try {
+		db.pragma("busy_timeout = 5000");
+		db.pragma("journal_mode = WAL");
+	} finally {
+		db.close();
+	}
+}
+
 export interface SqliteCheckpointer {
 	/** Resolves once the thread has its connection; rejects if it cannot open the database. */
 	readonly ready: Promise<void>;

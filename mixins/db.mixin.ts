@@ -8,7 +8,7 @@ import knex, { type Knex } from "knex";
 import type { Service, ServiceSchema, ServiceSettingSchema } from "moleculer";
 import { configOf, invalidConfiguration, type AppConfig } from "../lib/config";
 import { sqliteAddonProblem } from "../lib/sqlite-addon";
-import { SQLITE_DEFAULT_AUTOCHECKPOINT, startSqliteCheckpointer, type SqliteCheckpointer } from "../lib/sqlite-checkpointer";
+import { SQLITE_DEFAULT_AUTOCHECKPOINT, startSqliteCheckpointer, switchToWriteAheadLog, type SqliteCheckpointer } from "../lib/sqlite-checkpointer";
 
 export interface Migration {
 	name: string;
@@ -65,6 +65,7 @@ function createKnex(config: AppConfig): SharedConnection {
 	if (addonProblem) throw invalidConfiguration([addonProblem]);
 	fs.mkdirSync(config.DATA_DIR, { recursive: true });
 	const filename = path.resolve(config.DATA_DIR, "service.sqlite");
+	switchToWriteAheadLog(filename);
 	let checkpointsElsewhere = true;
 	const db = knex({
 		client: "better-sqlite3",
