@@ -68,7 +68,7 @@ describeWithNats.each(testDatabases())("the compiled server (node dist/server.js
 
 	beforeAll(async () => {
 		// `npm run build` once per run, here or in entrypoint.test.ts, whichever comes first.
-		ensureBuilt();
+		await ensureBuilt();
 		layout = imageLayout();
 		receiver = await startHttpsReceiver();
 		smtp = await startSmtpServer();

@@ -143,7 +143,7 @@ describe("the server process", () => {
 
 	it("runs the image's command directly, so SIGTERM as `docker stop` sends it drains the broker and exits 0", async () => {
 		// The command runs the compiled server (dist/), as the image does.
-		ensureBuilt();
+		await ensureBuilt();
 		const dockerfile = fs.readFileSync(path.join(ROOT, "Dockerfile"), "utf8");
 		const cmd = JSON.parse(/^CMD (\[.*\])\s*$/m.exec(dockerfile)![1]) as string[];
 		expect(cmd[0]).toBe("node");

@@ -3,16 +3,15 @@
 // source in it, so that anything still reaching for a .ts file (a worker thread, a migration)
 // fails there instead of quietly going through tsx. It sits inside the repository so that
 // node_modules is found by walking up, as in the image.
-import { spawnSync } from "node:child_process";
+import { execFile } from "node:child_process";
 import fs from "node:fs";
 import path from "node:path";
+import { promisify } from "node:util";
+import lockfile from "proper-lockfile";
 
 export const REPO_ROOT = path.resolve(__dirname, "..", "..");
 const DIST = path.join(REPO_ROOT, "dist");
-// Held while a suite checks and builds dist/: a build starts by removing dist/, which another
-// suite may be running `node dist/server.js` from.
-const BUILD_LOCK = path.join(REPO_ROOT, "dist.build-lock");
-const LOCK_WAIT_MS = 300_000;
+const run = promisify(execFile);
 /** Set by global-setup.ts: when this jest run started (ms since the epoch). */
 const RUN_STARTED_VARIABLE = "TEST_RUN_STARTED_AT";
 
@@ -20,53 +19,25 @@ export function rememberRunStart(): void {
 	process.env[RUN_STARTED_VARIABLE] = String(Date.now());
 }
 
-function sleepSync(ms: number): void {
-	Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, ms);
-}
-
-function isAlive(pid: number): boolean {
-	try {
-		process.kill(pid, 0);
-		return true;
-	} catch {
-		return false;
-	}
-}
-
-function withBuildLock(work: () => void): void {
-	const giveUpAt = Date.now() + LOCK_WAIT_MS;
-	for (;;) {
-		try {
-			fs.mkdirSync(BUILD_LOCK);
-			break;
-		} catch (err) {
-			if ((err as NodeJS.ErrnoException).code !== "EEXIST") throw err;
-			// A lock whose holder is gone (a run killed mid-build) is taken over.
-			const holder = Number(fs.readFileSync(path.join(BUILD_LOCK, "pid"), { encoding: "utf8", flag: "a+" }));
-			if (holder && !isAlive(holder)) fs.rmSync(BUILD_LOCK, { recursive: true, force: true });
-			else if (Date.now() > giveUpAt) throw new Error(`${BUILD_LOCK} was held for ${LOCK_WAIT_MS} ms`);
-			else sleepSync(200);
-		}
-	}
-	try {
-		fs.writeFileSync(path.join(BUILD_LOCK, "pid"), String(process.pid));
-		work();
-	} finally {
-		fs.rmSync(BUILD_LOCK, { recursive: true, force: true });
-	}
-}
-
 /**
  * Runs `npm run build` once per jest run: unless dist/ was built since the run started, by this
- * suite or another (outside jest's global setup, always).
+ * suite or another (outside jest's global setup, always). A lock on the repository root is held
+ * while it checks and builds, one suite at a time: a build starts by removing dist/, which
+ * another suite may be running `node dist/server.js` from.
  */
-export function ensureBuilt(): void {
-	withBuildLock(() => {
+export async function ensureBuilt(): Promise<void> {
+	// A holder that died leaves the lock stale once it stops refreshing it (30 s); the build runs
+	// asynchronously, so that a living holder's event loop keeps refreshing it.
+	const release = await lockfile.lock(REPO_ROOT, { lockfilePath: path.join(REPO_ROOT, "dist.build-lock"), stale: 30_000, retries: { retries: 600, minTimeout: 200, maxTimeout: 500 } });
+	try {
 		const built = fs.existsSync(path.join(DIST, "server.js")) ? fs.statSync(path.join(DIST, "server.js")).mtimeMs : 0;
 		if (built > Number(process.env[RUN_STARTED_VARIABLE] ?? Infinity)) return;
-		const result = spawnSync("npm", ["run", "build"], { cwd: REPO_ROOT, encoding: "utf8" });
-		if (result.status !== 0) throw new Error(`npm run build failed (${result.status}):\n${result.stdout}\n${result.stderr}`);
-	});
+		await run("npm", ["run", "build"], { cwd: REPO_ROOT, encoding: "utf8" }).catch((err: Error & { stdout?: string; stderr?: string }) => {
+			throw new Error(`npm run build failed (${err.message}):\n${err.stdout}\n${err.stderr}`);
+		});
+	} finally {
+		await release();
+	}
 }
 
 export interface ImageLayout {
