@@ -36,7 +36,10 @@ const sleep = (ms: number) => new Promise(resolve => setTimeout(resolve, ms));
 describe.each(testDatabases())("notifier on %s", database => {
 	const env = useNotifierStack(database, {
 		MAIL_FROM: "Satellite Tasking <no-reply@mail.example.test>",
-		MAIL_RETRY_SCHEDULE: "300ms,600ms,900ms",
+		// Six attempts over 4.5 s: the refused-connection test must see its email still pending
+		// after two refusals, and on a busy machine the four attempts of 300ms,600ms,900ms had all
+		// failed by the time it looked.
+		MAIL_RETRY_SCHEDULE: "300ms,600ms,900ms,1200ms,1500ms",
 		MAIL_POLL_INTERVAL: "100ms",
 		MAIL_SEND_TIMEOUT: "5s",
 		PUBLIC_BASE_URL: "https://public.example.test/notify/",
