@@ -15,10 +15,11 @@ export const SQLITE_DEFAULT_AUTOCHECKPOINT = 1000;
 
 /**
  * Puts the database file in WAL mode (SQLite keeps the mode in the file) before the checkpoint
- * thread and the service's connection open it. On a new file each of them switched it at the
- * same time: each held a shared lock and asked for the exclusive one, and SQLite answers one of
- * them "database is locked" at once rather than wait, since that wait could never end. A test
- * run on a busy machine met it as the service's first connection failing at start-up.
+ * thread and the service's connection open it. On a new file each of them switched it, at about
+ * the same moment, and the switch takes the exclusive lock. A test run on a busy machine saw the
+ * service's first connection fail there with "database is locked", despite its 5 s busy timeout:
+ * what SQLite does when waiting could deadlock (two connections, each holding a shared lock and
+ * asking for the exclusive one). With the mode set first, neither switches anything.
  */
 export function switchToWriteAheadLog(filename: string): void {
 	// Required here, so that a node on PostgreSQL never loads the addon. better-sqlite3 ships no
