@@ -8,3 +8,11 @@ export const RUNNING_COMPILED = path.extname(__filename) === ".js";
 
 /** The repository root: dist/ sits one level below it, as lib/ does. */
 export const PROJECT_ROOT = path.resolve(__dirname, "..", ...(RUNNING_COMPILED ? [".."] : []));
+
+/**
+ * The .js twin of `file`, a .ts file of the repository, in `copyRoot`: a copy transpiled in the
+ * repository's own layout (the test suite's and the benchmark's, bench/lib/transpiled-copy.ts).
+ */
+export function transpiledTwin(copyRoot: string, file: string): string {
+	return path.join(copyRoot, path.relative(PROJECT_ROOT, file)).replace(/\.ts$/, ".js");
+}

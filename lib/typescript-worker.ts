@@ -1,9 +1,8 @@
 // Worker threads whose code is TypeScript, loaded the way the service loads its own: the compiled
 // .js beside this file under `node dist/server.js`, else the .ts source through tsx (whether the
 // parent runs under tsx, ts-jest or plain node), unless a transpiled copy was named.
-import path from "node:path";
 import { Worker } from "node:worker_threads";
-import { PROJECT_ROOT, RUNNING_COMPILED } from "./project-root";
+import { RUNNING_COMPILED, transpiledTwin } from "./project-root";
 
 let transpiledCopy: string | null = null;
 
@@ -23,9 +22,8 @@ export function startTypeScriptWorker(entryFile: string, workerData: unknown): W
 	// time. Only a CPU profile (the benchmark's BENCH_PROFILE_DIR) is passed on, so that it covers
 	// the threads as well as the main one.
 	const execArgv = process.execArgv.filter(flag => flag.startsWith("--cpu-prof"));
-	const compiledTwin = (file: string) => file.replace(/\.ts$/, ".js");
-	if (RUNNING_COMPILED) return new Worker(compiledTwin(entryFile), { workerData, execArgv });
-	if (transpiledCopy) return new Worker(compiledTwin(path.join(transpiledCopy, path.relative(PROJECT_ROOT, entryFile))), { workerData, execArgv });
+	if (RUNNING_COMPILED) return new Worker(entryFile.replace(/\.ts$/, ".js"), { workerData, execArgv });
+	if (transpiledCopy) return new Worker(transpiledTwin(transpiledCopy, entryFile), { workerData, execArgv });
 	const bootstrap = `require("tsx/cjs/api").register(); require(${JSON.stringify(entryFile)});`;
 	return new Worker(bootstrap, { eval: true, workerData, execArgv });
 }

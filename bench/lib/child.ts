@@ -3,7 +3,8 @@
 // over one event loop, which would measure the load generator as much as the server.
 import { fork, type ChildProcess } from "node:child_process";
 import fs from "node:fs";
-import { SERVICE_SOURCES, transpileRepository, transpiledTwin } from "./transpiled-copy";
+import { transpiledTwin } from "../../lib/project-root";
+import { SERVICE_SOURCES, TRANSPILED_COPY_VARIABLE, transpileRepository } from "./transpiled-copy";
 
 export interface ChildServer<Ready> {
 	/** What the child reported once it was ready (e.g. its port). */
@@ -16,20 +17,17 @@ const STOP_GRACE_MS = 15_000;
 // Every child still running, so that a run stopped by a signal can stop them before it cleans up.
 const running = new Set<() => Promise<void>>();
 
-/** Set to a transpiled copy (transpiled-copy.ts) to start the children from, instead of making one. */
-const COPY_VARIABLE = "BENCH_TRANSPILED_COPY";
-
 /**
  * The transpiled copy the children run from: the one named by BENCH_TRANSPILED_COPY (the test
  * suite passes its run's copy), else one made at the first child and removed when this process
  * exits.
  */
 function childrenCopy(): string {
-	const named = process.env[COPY_VARIABLE];
+	const named = process.env[TRANSPILED_COPY_VARIABLE];
 	if (named) return named;
 	const copy = transpileRepository(".bench-build-", { files: SERVICE_SOURCES.files, dirs: [...SERVICE_SOURCES.dirs, "bench", "test/helpers"] });
 	process.once("exit", () => fs.rmSync(copy, { recursive: true, force: true }));
-	process.env[COPY_VARIABLE] = copy;
+	process.env[TRANSPILED_COPY_VARIABLE] = copy;
 	process.stderr.write(`bench: the child processes run from ${copy}, transpiled from the source; removed at exit\n`);
 	return copy;
 }

@@ -10,8 +10,13 @@
 import fs from "node:fs";
 import path from "node:path";
 import { buildSync } from "esbuild";
+import { PROJECT_ROOT } from "../../lib/project-root";
 
-export const REPOSITORY_ROOT = path.resolve(__dirname, "..", "..");
+/**
+ * Names a transpiled copy that already exists: the benchmark starts its children from it instead
+ * of making one (child.ts), and the test suite sets it to its run's copy (global setup).
+ */
+export const TRANSPILED_COPY_VARIABLE = "BENCH_TRANSPILED_COPY";
 
 /** What a process of the service loads: the entry files and every module of these directories. */
 export const SERVICE_SOURCES = { files: ["server.ts", "app.ts", "moleculer.config.ts"], dirs: ["lib", "mixins", "services", "migrations"] };
@@ -25,15 +30,10 @@ function typescriptFilesUnder(dir: string): string[] {
  * directory `<root>/<prefix>XXXXXX` and returns its path.
  */
 export function transpileRepository(prefix: string, sources: { files: string[]; dirs: string[] }): string {
-	const outdir = fs.mkdtempSync(path.join(REPOSITORY_ROOT, prefix));
-	const entryPoints = [...sources.files.map(file => path.join(REPOSITORY_ROOT, file)), ...sources.dirs.flatMap(dir => typescriptFilesUnder(path.join(REPOSITORY_ROOT, dir)))];
-	buildSync({ entryPoints, outdir, outbase: REPOSITORY_ROOT, bundle: false, format: "cjs", platform: "node", target: "node20", logLevel: "error" });
+	const outdir = fs.mkdtempSync(path.join(PROJECT_ROOT, prefix));
+	const entryPoints = [...sources.files.map(file => path.join(PROJECT_ROOT, file)), ...sources.dirs.flatMap(dir => typescriptFilesUnder(path.join(PROJECT_ROOT, dir)))];
+	buildSync({ entryPoints, outdir, outbase: PROJECT_ROOT, bundle: false, format: "cjs", platform: "node", target: "node20", logLevel: "error" });
 	// Modules import package.json (the version) relative to themselves, as tsc copies it into dist/.
-	fs.copyFileSync(path.join(REPOSITORY_ROOT, "package.json"), path.join(outdir, "package.json"));
+	fs.copyFileSync(path.join(PROJECT_ROOT, "package.json"), path.join(outdir, "package.json"));
 	return outdir;
-}
-
-/** The twin in `copy` of `file`, a .ts file of the repository. */
-export function transpiledTwin(copy: string, file: string): string {
-	return path.join(copy, path.relative(REPOSITORY_ROOT, file)).replace(/\.ts$/, ".js");
 }

@@ -9,12 +9,9 @@
 // server.ts`, `node dist/server.js`) still start it that way.
 import fs from "node:fs";
 import path from "node:path";
-import { SERVICE_SOURCES, transpileRepository } from "../../bench/lib/transpiled-copy";
-
-/** Set by global-setup.ts for every worker: the directory holding the transpiled server.js. */
-const BUILD_DIR_VARIABLE = "TEST_SERVICE_BUILD";
-/** Read by the benchmark (bench/lib/child.ts): its children start from this run's copy too. */
-const BENCH_COPY_VARIABLE = "BENCH_TRANSPILED_COPY";
+import { SERVICE_SOURCES, TRANSPILED_COPY_VARIABLE, transpileRepository } from "../../bench/lib/transpiled-copy";
+import { transpiledTwin } from "../../lib/project-root";
+import { REPO_ROOT } from "./compiled-build";
 
 /**
  * Transpiles the service into a new directory inside the repository and returns its path: what
@@ -26,13 +23,14 @@ export function buildServiceCopy(): string {
 }
 
 export function rememberServiceCopy(dir: string): void {
-	process.env[BUILD_DIR_VARIABLE] = dir;
-	process.env[BENCH_COPY_VARIABLE] = dir;
+	// Set by global-setup.ts for every worker, and read by the benchmark (bench/lib/child.ts) in the
+	// suites that run it: its children start from this run's copy too.
+	process.env[TRANSPILED_COPY_VARIABLE] = dir;
 }
 
 /** The run's transpiled copy, when jest's global setup made one. */
 export function serviceCopyDir(): string | undefined {
-	return process.env[BUILD_DIR_VARIABLE];
+	return process.env[TRANSPILED_COPY_VARIABLE];
 }
 
 export function removeServiceCopy(): void {
@@ -47,7 +45,7 @@ export function removeServiceCopy(): void {
  */
 export function serviceCommand(entry = "server.ts"): { command: string; args: string[] } {
 	const dir = serviceCopyDir();
-	const transpiled = dir && path.join(dir, entry.replace(/\.ts$/, ".js"));
+	const transpiled = dir && transpiledTwin(dir, path.join(REPO_ROOT, entry));
 	if (transpiled && fs.existsSync(transpiled)) return { command: process.execPath, args: [transpiled] };
 	return { command: process.execPath, args: ["--import", "tsx", entry] };
 }
