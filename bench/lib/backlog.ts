@@ -8,7 +8,8 @@
 // origin, or all ten on one host, as behind one API gateway), on one deployment that stays up:
 //   1. a burst of SMALL deliveries on the freshly started node (its first work: cold code, new
 //      connections),
-//   2. WARM_BURSTS more of SMALL (their median is the warm rate),
+//   2. WARM_BURSTS more of SMALL (their median is the warm rate), then one after each idle spell
+//      of BENCH_BACKLOG_IDLE_SECONDS, if any,
 //   3. the closed loop of the throughput scenario, for the open-loop-against-closed-loop ratio,
 //   4. LARGE_RUNS bursts of LARGE, each against the warm median.
 // A burst is open loop: every event is sent at once (SENDERS producer calls in flight), and it
@@ -46,6 +47,10 @@ const SENDERS = 256;
 export const MODES = (process.env.BENCH_BACKLOG_MODES ?? "sqlite,postgresql,cluster").split(",");
 const LAYOUTS = (process.env.BENCH_BACKLOG_LAYOUTS ?? "own_origins,one_host").split(",");
 const PENDING_STEPS = (process.env.BENCH_BACKLOG_PENDING ?? "1000,1000000,10000000").split(",").filter(Boolean).map(Number);
+// Idle spells (seconds, comma-separated; none by default) after the warm bursts, each followed by a
+// burst of SMALL: warm code meeting whatever an idle spell undoes. The receivers and the sender
+// close a connection idle for 30 s, so "20,35" tells a spell that keeps them from one that does not.
+const IDLE_SECONDS = (process.env.BENCH_BACKLOG_IDLE_SECONDS ?? "").split(",").filter(Boolean).map(Number);
 // SQLite lays pending rows down on the service's own single writer, a million in about three
 // minutes here: steps above this are left out there (and said so in the JSON).
 const SQLITE_PENDING_MAX = Number(process.env.BENCH_BACKLOG_SQLITE_PENDING_MAX ?? 1_000_000);
@@ -371,6 +376,12 @@ async function modeRun(harness: BacklogHarness, mode: string, urls: string[], wi
 		const warm = [];
 		for (let i = 0; i < WARM_BURSTS; i++) warm.push(await burst(harness, deployment, SMALL));
 		const warmRate = rateOf(warm);
+		const idleBursts = [];
+		for (const idleSeconds of IDLE_SECONDS) {
+			await new Promise(resolve => setTimeout(resolve, idleSeconds * 1000));
+			const afterIdle = await burst(harness, deployment, SMALL);
+			idleBursts.push({ idle_seconds: idleSeconds, burst: afterIdle, vs_warm: ratioOrNull(afterIdle.deliveries_per_s, warmRate) });
+		}
 		const closed = await harness.closedLoop(deployment, Math.ceil(SMALL * 4 / urls.length));
 		// The raw loop again, right before the large bursts: the run's own floor is measured at its
 		// start and end, half an hour apart, and this machine's speed drifts by a third within that.
@@ -388,6 +399,7 @@ async function modeRun(harness: BacklogHarness, mode: string, urls: string[], wi
 			closed_loop_deliveries_per_s: round(closed),
 			large_bursts: large,
 			cold_vs_warm: ratioOrNull(cold.deliveries_per_s, warmRate),
+			...(idleBursts.length ? { after_idle_bursts: idleBursts } : {}),
 			large_vs_warm: largeRates.map(rate => ratioOrNull(rate, warmRate)),
 			large_vs_closed_loop: largeRates.map(rate => ratioOrNull(rate, closed)),
 			raw_loop_just_before_cpu_us_per_delivery: round(rawLoopUs),
