@@ -4,7 +4,7 @@
 import { fork, type ChildProcess } from "node:child_process";
 import fs from "node:fs";
 import { transpiledTwin } from "../../lib/project-root";
-import { SERVICE_SOURCES, TRANSPILED_COPY_VARIABLE, transpileRepository } from "./transpiled-copy";
+import { TRANSPILED_COPY_VARIABLE, transpileRepository } from "./transpiled-copy";
 
 export interface ChildServer<Ready> {
 	/** What the child reported once it was ready (e.g. its port). */
@@ -25,7 +25,7 @@ const running = new Set<() => Promise<void>>();
 function childrenCopy(): string {
 	const named = process.env[TRANSPILED_COPY_VARIABLE];
 	if (named) return named;
-	const copy = transpileRepository(".bench-build-", { files: SERVICE_SOURCES.files, dirs: [...SERVICE_SOURCES.dirs, "bench", "test/helpers"] });
+	const copy = transpileRepository(".bench-build-");
 	process.once("exit", () => fs.rmSync(copy, { recursive: true, force: true }));
 	process.env[TRANSPILED_COPY_VARIABLE] = copy;
 	process.stderr.write(`bench: the child processes run from ${copy}, transpiled from the source; removed at exit\n`);

@@ -18,20 +18,21 @@ import { PROJECT_ROOT } from "../../lib/project-root";
  */
 export const TRANSPILED_COPY_VARIABLE = "BENCH_TRANSPILED_COPY";
 
-/** What a process of the service loads: the entry files and every module of these directories. */
-export const SERVICE_SOURCES = { files: ["server.ts", "app.ts", "moleculer.config.ts"], dirs: ["lib", "mixins", "services", "migrations"] };
+/**
+ * What the copy holds: the entry files and every module of these directories. That is what a
+ * process of the service loads, and the benchmark with the test helpers it imports (and the crash
+ * test's child, which runs the app without the server around it).
+ */
+const SOURCES = { files: ["server.ts", "app.ts", "moleculer.config.ts"], dirs: ["lib", "mixins", "services", "migrations", "bench", "test/helpers"] };
 
 function typescriptFilesUnder(dir: string): string[] {
 	return fs.readdirSync(dir, { recursive: true, encoding: "utf8" }).filter(file => file.endsWith(".ts") && !file.endsWith(".d.ts")).map(file => path.join(dir, file));
 }
 
-/**
- * Transpiles `files` and every .ts under `dirs` (relative to the repository root) into a new
- * directory `<root>/<prefix>XXXXXX` and returns its path.
- */
-export function transpileRepository(prefix: string, sources: { files: string[]; dirs: string[] }): string {
+/** Transpiles SOURCES into a new directory `<root>/<prefix>XXXXXX` and returns its path. */
+export function transpileRepository(prefix: string): string {
 	const outdir = fs.mkdtempSync(path.join(PROJECT_ROOT, prefix));
-	const entryPoints = [...sources.files.map(file => path.join(PROJECT_ROOT, file)), ...sources.dirs.flatMap(dir => typescriptFilesUnder(path.join(PROJECT_ROOT, dir)))];
+	const entryPoints = [...SOURCES.files.map(file => path.join(PROJECT_ROOT, file)), ...SOURCES.dirs.flatMap(dir => typescriptFilesUnder(path.join(PROJECT_ROOT, dir)))];
 	buildSync({ entryPoints, outdir, outbase: PROJECT_ROOT, bundle: false, format: "cjs", platform: "node", target: "node20", logLevel: "error" });
 	// Modules import package.json (the version) relative to themselves, as tsc copies it into dist/.
 	fs.copyFileSync(path.join(PROJECT_ROOT, "package.json"), path.join(outdir, "package.json"));

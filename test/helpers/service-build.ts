@@ -9,17 +9,16 @@
 // server.ts`, `node dist/server.js`) still start it that way.
 import fs from "node:fs";
 import path from "node:path";
-import { SERVICE_SOURCES, TRANSPILED_COPY_VARIABLE, transpileRepository } from "../../bench/lib/transpiled-copy";
+import { TRANSPILED_COPY_VARIABLE, transpileRepository } from "../../bench/lib/transpiled-copy";
 import { transpiledTwin } from "../../lib/project-root";
 import { REPO_ROOT } from "./compiled-build";
 
 /**
- * Transpiles the service into a new directory inside the repository and returns its path: what
- * server.ts loads, the crash test's child (the app without the server around it), and the
- * benchmark with the helpers it imports, for the suites that run `npm run bench`.
+ * Transpiles the service into a new directory inside the repository and returns its path; it
+ * holds the benchmark too, for the suites that run `npm run bench`.
  */
 export function buildServiceCopy(): string {
-	return transpileRepository(".test-build-", { files: SERVICE_SOURCES.files, dirs: [...SERVICE_SOURCES.dirs, "bench", "test/helpers"] });
+	return transpileRepository(".test-build-");
 }
 
 export function rememberServiceCopy(dir: string): void {
