@@ -130,6 +130,8 @@ interface BurstFigures {
 	valid: boolean;
 	/** The webhook request as the receiver read it: request line, headers and body, without TLS. */
 	http_request_bytes_per_delivery: number | null;
+	/** TLS connections the receivers accepted during the burst: each cost both sides a handshake. */
+	connections_opened: number;
 	seconds: number;
 	/** Until the producer's last send was acknowledged (the channel, or the database embedded). */
 	intake_seconds: number;
@@ -187,6 +189,7 @@ async function burst(harness: BacklogHarness, deployment: BacklogDeployment, del
 	const baseOk = receivers.ok;
 	const baseRepeats = receivers.repeats;
 	const baseBytes = receivers.okBytes;
+	const baseConnections = receivers.connections;
 	const claimsBefore = claimTotals(await harness.probe(deployment.dispatchers));
 	await harness.probe(processesOf(deployment, receivers), "cpu"); // starts every process's CPU window, without the delay monitor
 	const counters = deployment.engine === "postgresql" ? await databaseCounters(deployment.db) : undefined;
@@ -221,6 +224,7 @@ async function burst(harness: BacklogHarness, deployment: BacklogDeployment, del
 		repeats: receivers.repeats - baseRepeats,
 		valid,
 		http_request_bytes_per_delivery: received > 0 ? round((receivers.okBytes - baseBytes) / received) : null,
+		connections_opened: receivers.connections - baseConnections,
 		seconds: round(seconds),
 		intake_seconds: round(intakeSeconds),
 		deliveries_per_s: valid ? round(expected / seconds) : null,
