@@ -41,6 +41,26 @@ export const gauge = (broker: ServiceBroker, name: string, help: string, labelNa
 export const histogram = (broker: ServiceBroker, name: string, help: string, labelNames?: string[], buckets?: number[]) =>
 	getOrCreate<Histogram<string>>(broker, Histogram as MetricConstructor<Histogram<string>>, name, help, labelNames, buckets);
 
+/**
+ * A counter read when Prometheus scrapes, from sources that each count up from their own start
+ * (a dispatcher's sender threads): what each source added since the previous scrape is added. A
+ * source that started again (a thread that died and was replaced) counts from zero, so the
+ * counter never goes down. `read` gives each source's count, or null for one not running.
+ */
+export const counterReadAtScrape = (broker: ServiceBroker, name: string, help: string, read: () => Promise<Array<number | null>>) => {
+	const counted: number[] = [];
+	const created: { counter?: Counter<string> } = {};
+	created.counter = getOrCreate<Counter<string>>(broker, Counter as MetricConstructor<Counter<string>>, name, help, [], undefined, async () => {
+		for (const [source, count] of (await read()).entries()) {
+			if (count === null) continue;
+			const before = counted[source] ?? 0;
+			created.counter!.inc(count >= before ? count - before : count);
+			counted[source] = count;
+		}
+	});
+	return created.counter;
+};
+
 /** A gauge whose value is read when Prometheus scrapes (`collect` sets it, and may be async). */
 export const gaugeReadAtScrape = (broker: ServiceBroker, name: string, help: string, labelNames: string[], collect: (gauge: Gauge<string>) => Promise<void>) => {
 	const created: { gauge?: Gauge<string> } = {};

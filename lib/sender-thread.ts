@@ -42,13 +42,14 @@ const loopDelay = monitorEventLoopDelay({ resolution: 10 });
 loopDelay.enable();
 let loopSince = performance.eventLoopUtilization();
 
-/** The event loop's delay and utilisation since the last call. */
-function loopFigures(): SenderLoopFigures {
+/** The event loop's delay and utilisation since the last call, and the connections opened so far. */
+function loopFigures(sender: WebhookSender): SenderLoopFigures {
 	const now = performance.eventLoopUtilization();
 	const seconds = (ns: number) => (loopDelay.count > 0 ? ns / 1e9 : 0);
 	const figures = {
 		delayP99Seconds: seconds(loopDelay.percentile(99)),
 		utilization: performance.eventLoopUtilization(now, loopSince).utilization,
+		connectionsOpened: sender.connectionsOpened,
 	};
 	loopDelay.reset();
 	loopSince = now;
@@ -65,7 +66,7 @@ function receive(sender: WebhookSender, message: ToSenderThread): void {
 			void (startBy === null ? sender.send(request) : sender.sendBy(request, startBy)).then(outcome => reply(id, outcome));
 		}
 	} else if (message.type === "loop") {
-		post({ type: "loop", figures: loopFigures() });
+		post({ type: "loop", figures: loopFigures(sender) });
 	} else if (message.type === "close") {
 		void sender.close().then(() => {
 			if (finished.length > 0) flushOutcomes();

@@ -12,9 +12,9 @@
 import path from "node:path";
 import type { Worker } from "node:worker_threads";
 import type { ServiceBroker } from "moleculer";
-import { gaugeReadAtScrape } from "./metrics";
+import { counterReadAtScrape, gaugeReadAtScrape } from "./metrics";
 import { startTypeScriptWorker } from "./typescript-worker";
-import type { DeliveryOutcome, DeliveryRequest, WebhookSenderOptions } from "./webhook-sender";
+import { WebhookSender, type DeliveryOutcome, type DeliveryRequest, type WebhookSenderOptions } from "./webhook-sender";
 
 /** An attempt for the thread: its id, the request, and the latest start of a rate-limited one (else null). */
 export type ThreadAttempt = [number, DeliveryRequest, number | null];
@@ -32,6 +32,8 @@ export interface SenderLoopFigures {
 	delayP99Seconds: number;
 	/** The share of the time the loop was busy, 0..1. */
 	utilization: number;
+	/** Connections the thread has opened since it started (not since the previous reading). */
+	connectionsOpened: number;
 }
 
 /** What the dispatcher needs of a sender, in-process or threaded. */
@@ -186,15 +188,22 @@ export class ThreadedWebhookSender implements DeliverySender {
 	}
 }
 
-// Both gauges of one scrape share a reading: each reading restarts the threads' figures.
+// The metrics of one scrape share a reading: each reading restarts the threads' loop figures.
 const LOOP_READING_MS = 1_000;
 
+const CONNECTIONS_OPENED = "webhook_connections_opened_total";
+const CONNECTIONS_OPENED_HELP = "Connections opened to webhook receivers; beside webhook_delivery_attempts_total, whether receivers keep them alive";
+
 /**
- * The sender threads' event loops as Prometheus gauges, labelled by thread index and read at
- * scrape time (figures since the previous scrape). The main thread's own are prom-client's
- * nodejs_eventloop_lag_* metrics.
+ * The sender's metrics, read at scrape time. Connections opened, in either mode. With sender
+ * threads also their event loops as gauges labelled by thread index (figures since the previous
+ * scrape); the main thread's own are prom-client's nodejs_eventloop_lag_* metrics.
  */
-export function publishSenderLoopGauges(broker: ServiceBroker, sender: ThreadedWebhookSender): void {
+export function publishSenderMetrics(broker: ServiceBroker, sender: ThreadedWebhookSender | WebhookSender): void {
+	if (sender instanceof WebhookSender) {
+		counterReadAtScrape(broker, CONNECTIONS_OPENED, CONNECTIONS_OPENED_HELP, async () => [sender.connectionsOpened]);
+		return;
+	}
 	let reading: { at: number; figures: Promise<Array<SenderLoopFigures | null>> } | undefined;
 	const read = () => {
 		if (!reading || Date.now() - reading.at >= LOOP_READING_MS) reading = { at: Date.now(), figures: sender.loopFigures() };
@@ -206,4 +215,5 @@ export function publishSenderLoopGauges(broker: ServiceBroker, sender: ThreadedW
 		});
 	publish("webhook_sender_event_loop_delay_p99_seconds", "99th percentile of a sender thread's event-loop delay since the last scrape", figures => figures.delayP99Seconds);
 	publish("webhook_sender_event_loop_utilization", "Share of the time a sender thread's event loop was busy since the last scrape (0..1)", figures => figures.utilization);
+	counterReadAtScrape(broker, CONNECTIONS_OPENED, CONNECTIONS_OPENED_HELP, async () => (await read()).map(figures => figures?.connectionsOpened ?? null));
 }

@@ -31,7 +31,7 @@ import { SubscriberCache } from "../lib/subscriber-cache";
 import { EndpointBreakers } from "../lib/endpoint-breaker";
 import { counter, histogram } from "../lib/metrics";
 import { WebhookSender } from "../lib/webhook-sender";
-import { ThreadedWebhookSender, publishSenderLoopGauges } from "../lib/threaded-sender";
+import { ThreadedWebhookSender, publishSenderMetrics } from "../lib/threaded-sender";
 import { BREAKER, LEASE_SAFETY_MS, MAX_INTAKE_BATCH, MAX_RESULT_BATCH, RESULT_LINGER_MS, SQLITE_INTAKE_BUSY_LINGER, TARGET_CACHE_MS, keepSigningUntil, type DispatcherThis } from "../mixins/dispatcher/shared";
 import { IntakeMixin } from "../mixins/dispatcher/intake.mixin";
 import { RejectedEventsMixin } from "../mixins/dispatcher/rejected-events.mixin";
@@ -160,11 +160,13 @@ const DispatcherService: ServiceSchema<ServiceSettingSchema, DispatcherThis> = {
 			connectionsPerOrigin: this.config.DELIVERY_ORIGIN_CONNECTIONS,
 		};
 		if (this.config.DELIVERY_SENDER_THREADS === 0) {
-			this.sender = new WebhookSender(senderOptions);
+			const inProcess = new WebhookSender(senderOptions);
+			publishSenderMetrics(this.broker, inProcess);
+			this.sender = inProcess;
 		} else {
 			const threaded = new ThreadedWebhookSender({ ...senderOptions, threads: this.config.DELIVERY_SENDER_THREADS });
 			await threaded.start();
-			publishSenderLoopGauges(this.broker, threaded);
+			publishSenderMetrics(this.broker, threaded);
 			this.sender = threaded;
 		}
 		this.schedulePoll();

@@ -1,15 +1,19 @@
 // Prometheus metrics on the ops endpoint, scraped from a real stack: the delivery backlog gauges
 // (pending, due, age of the oldest due one), the email outbox by status and the age of its
 // oldest pending email, HTTP requests by route template and status with their latency, beside
-// the existing delivery and email counters. Each is seen to move after real deliveries (one
-// receiver slow, one failing) and real emails (a real SMTP server that first defers, then
+// the existing delivery and email counters, and the connections opened to receivers (against a
+// receiver's own count, one closing them after each answer). Each is seen to move after real
+// deliveries (one receiver slow, one failing) and real emails (a real SMTP server that first defers, then
 // accepts). On SQLite and PostgreSQL: the gauges are read with SQL on either.
 import crypto from "node:crypto";
 import type http from "node:http";
 import type { AddressInfo } from "node:net";
+import { ServiceBroker } from "moleculer";
+import { counterReadAtScrape } from "../lib/metrics";
 import { startOpsServer } from "../lib/ops-server";
 import { WEBHOOK_LEASE_FACTOR } from "../mixins/dispatcher/shared";
 import { testDatabases } from "./helpers/services";
+import { pathOf, startHttpsReceiver } from "./helpers/https-receiver";
 import { startSmtpServer, type TestSmtpServer } from "./helpers/smtp-server";
 import { startDeliveryStack, waitUntil, type DeliveryStack, type OrderEvent } from "./helpers/delivery-stack";
 
@@ -187,6 +191,35 @@ describe.each(testDatabases())("metrics on %s", database => {
 		expect(metricValue(after, "webhook_sender_event_loop_utilization", { thread: "1" })).toBeUndefined();
 	});
 
+	it("counts the connections opened to receivers: kept alive across attempts, or one per attempt to a receiver that closes them", async () => {
+		// A receiver of this test's own, so that the other tests' retries to the stack's receiver
+		// cannot add to its count; the dispatcher's counter takes in both receivers' connections.
+		const own = await startHttpsReceiver({ respond: request => ({ status: 200, body: "ok", headers: pathOf(request) === "/closing" ? { connection: "close" } : undefined }) });
+		try {
+			const opened = (page: string) => metricValue(page, "webhook_connections_opened_total") ?? 0;
+			const accepted = () => env.receiver.connections + own.connections;
+			const deliverOneByOne = async (path: string) => {
+				const owner = await customer();
+				const created = await env.stack.request("POST", "/id/v3/webhooks", { token: owner.token, body: { name: path, url: own.url + path, events: ["tasking:order_status"] } });
+				expect(created.status).toBe(201);
+				const before = { page: await scrape(), accepted: accepted(), own: own.connections };
+				for (let n = 1; n <= 3; n += 1) {
+					await publish(owner);
+					await waitUntil(() => own.requests.filter(request => pathOf(request) === path).length, received => received === n, `delivery ${n} to ${path}`);
+				}
+				// Once a scrape reads the sender thread after the last connection, the counter has
+				// grown by what the receivers accepted.
+				await watch("the counter to match the receivers", page => opened(page) - opened(before.page) === accepted() - before.accepted);
+				return own.connections - before.own;
+			};
+			expect(await deliverOneByOne("/closing")).toBe(3);
+			// One connection at most, kept alive for the other two.
+			expect(await deliverOneByOne("/keeping")).toBeLessThanOrEqual(1);
+		} finally {
+			await own.close();
+		}
+	});
+
 	it("HTTP requests by route template and status, with latency", async () => {
 		const owner = await customer();
 		await env.createWebhook(owner.token);
@@ -201,5 +234,23 @@ describe.each(testDatabases())("metrics on %s", database => {
 		expect(metricValue(page, "http_request_duration_seconds_bucket", { method: "GET", route: "/id/v3/webhooks/:id", status: "404", le: "+Inf" })).toBe(2);
 		expect(metricValue(page, "http_requests_total", { method: "GET", route: "unmatched", status: "404" })).toBeGreaterThanOrEqual(1);
 		expect(page).not.toMatch(/route="\/id\/v3\/webhooks\/[0-9a-f]{8}-/);
+	});
+});
+
+describe("a counter read at scrape time from sources that start over", () => {
+	it("adds what each source added since the previous scrape, and counts a restarted source from zero, never going down", async () => {
+		const broker = new ServiceBroker({ logger: false });
+		// Two sender threads' counts at each scrape; the second is not running at the second scrape,
+		// and restarted (a new thread, counting from zero) at the third.
+		const readings: Array<Array<number | null>> = [
+			[3, 5],
+			[4, null],
+			[6, 2],
+		];
+		const counter = counterReadAtScrape(broker, "test_connections_opened_total", "test", async () => readings.shift()!);
+		const value = async () => (await counter.get()).values[0].value;
+		expect(await value()).toBe(8);
+		expect(await value()).toBe(9);
+		expect(await value()).toBe(13);
 	});
 });

@@ -218,13 +218,19 @@ describe("WebhookSender", () => {
 		expect(verifyDelivery(one, secret)).toEqual(verifyDelivery(two, secret));
 	});
 
-	it("reuses kept-alive connections for one origin", async () => {
+	it("reuses kept-alive connections for one origin, and counts the connections it opens", async () => {
 		const pooled = new WebhookSender({ allowNets: LOOPBACK, caFile, connectionsPerOrigin: 1 });
 		const own = await startHttpsReceiver();
 		try {
 			for (let i = 0; i < 5; i++) expect((await pooled.send(delivery({ url: `${own.url}/hook` }))).success).toBe(true);
 			expect(own.requests).toHaveLength(5);
 			expect(own.connections).toBe(1);
+			expect(pooled.connectionsOpened).toBe(1);
+			// A receiver that closes each connection after its answer costs one per attempt.
+			own.setDefault({ status: 200, body: "ok", headers: { connection: "close" } });
+			for (let i = 0; i < 3; i++) expect((await pooled.send(delivery({ url: `${own.url}/hook` }))).success).toBe(true);
+			expect(own.connections).toBe(3);
+			expect(pooled.connectionsOpened).toBe(3);
 		} finally {
 			await pooled.close();
 			await own.close();
