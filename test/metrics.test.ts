@@ -3,8 +3,8 @@
 // oldest pending email, HTTP requests by route template and status with their latency, beside
 // the existing delivery and email counters, and the connections opened to receivers (against a
 // receiver's own count, one closing them after each answer). Each is seen to move after real
-// deliveries (one receiver slow, one failing) and real emails (a real SMTP server that first defers, then
-// accepts). On SQLite and PostgreSQL: the gauges are read with SQL on either.
+// deliveries (one receiver slow, one failing) and real emails (a real SMTP server that first
+// defers, then accepts). On SQLite and PostgreSQL: the gauges are read with SQL on either.
 import crypto from "node:crypto";
 import type http from "node:http";
 import type { AddressInfo } from "node:net";
