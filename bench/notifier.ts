@@ -16,6 +16,7 @@ import crypto from "node:crypto";
 import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
+import { setTimeout as sleep } from "node:timers/promises";
 import knex from "knex";
 import { connect } from "nats";
 import { intakeNames } from "../lib/intake-channel";
@@ -35,8 +36,6 @@ const QUIET_USER = "bench-quiet-user";
 const CUSTOMER = "bench";
 // A stall turns into an error rather than a hung benchmark: a minute, plus 10 ms per event.
 const boundMs = (events: number) => 60_000 + 10 * events;
-
-const sleep = (ms: number) => new Promise(resolve => setTimeout(resolve, ms));
 
 export async function run(): Promise<object> {
 	const namespace = `bn${crypto.randomBytes(3).toString("hex")}`;

@@ -10,6 +10,7 @@
 // Embedded default: SQLite under a temporary DATA_DIR; BENCH_DATABASE_URL=postgres://… measures
 // PostgreSQL instead (in a throw-away schema).
 import { performance } from "node:perf_hooks";
+import { setTimeout as sleep } from "node:timers/promises";
 import type { Knex } from "knex";
 import { isPostgres } from "../mixins/db.mixin";
 import { startBenchTarget, type Receiver } from "./lib/bench-target";
@@ -24,8 +25,6 @@ const IN_SYSTEM = 4 * CONCURRENCY;
 const GOAL_RATIO = 0.8;
 /** Rows per seeded message: the message, one delivery, two attempts. */
 const ROWS_PER_MESSAGE = 4;
-
-const sleep = (ms: number) => new Promise(resolve => setTimeout(resolve, ms));
 
 /** Seeds finished work 40 days old, in the database itself (fast on both engines). */
 async function seedOld(db: Knex, messages: number): Promise<void> {

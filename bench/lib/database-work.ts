@@ -1,10 +1,9 @@
 // What PostgreSQL did over a window of the delivery benchmark, per delivery: transactions and rows
 // from pg_stat_database, WAL from the WAL position. The whole database is counted, so nothing else
 // should run meanwhile. Used by the backlog's bursts and the persistence floor alike.
+import { setTimeout as sleep } from "node:timers/promises";
 import type { Knex } from "knex";
 import { round } from "./stats";
-
-const sleep = (ms: number) => new Promise(resolve => setTimeout(resolve, ms));
 
 export interface DatabaseWork {
 	transactions: number;

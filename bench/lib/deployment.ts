@@ -5,6 +5,7 @@ import crypto from "node:crypto";
 import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
+import { setTimeout as sleep } from "node:timers/promises";
 import knex from "knex";
 import type { ServiceBroker } from "moleculer";
 import { connect } from "nats";
@@ -39,7 +40,6 @@ const CLUSTER_DISPATCHERS = Number(process.env.BENCH_CLUSTER_DISPATCHERS ?? 2);
 const SERVICE_ENV: Record<string, string> = JSON.parse(process.env.BENCH_SERVICE_ENV ?? "{}");
 const CUSTOMER = "bench";
 
-const sleep = (ms: number) => new Promise(resolve => setTimeout(resolve, ms));
 const here = (file: string) => path.join(__dirname, file);
 // Every database schema and stream of this run is named after it, and removed by it.
 const runId = `b${crypto.randomBytes(3).toString("hex")}`;

@@ -5,6 +5,7 @@
 // connections the receivers accepted in each phase. Rounds are pooled, with each round's own
 // figures kept beside the pooled ones: what the slow rounds share is what pooling averages away.
 import fs from "node:fs";
+import { setTimeout as sleep } from "node:timers/promises";
 import type { ChildServer } from "./child";
 import { probeAll, type Probe } from "./cluster-nodes";
 import { monotonicMs } from "./receiver";
@@ -14,8 +15,6 @@ import { machineCoresBetween, mean, percentile, readMachine, round } from "./sta
 const START_SECONDS = 3;
 const STEADY_SECONDS = Number(process.env.BENCH_STEADY_SECONDS ?? 6);
 const SAMPLES_FILE = process.env.BENCH_SAMPLES_FILE;
-
-const sleep = (ms: number) => new Promise(resolve => setTimeout(resolve, ms));
 
 interface LatencyFigures {
 	samples: number;

@@ -24,6 +24,7 @@
 //      successes; whether it opened during the measurement is read from the attempts table:
 //      BREAKER.openAfter failures in a row, in the order the attempts started.
 import crypto from "node:crypto";
+import { setTimeout as sleep } from "node:timers/promises";
 import type { ServiceBroker } from "moleculer";
 import { BREAKER } from "../../mixins/dispatcher/shared";
 import type { BacklogDeployment } from "./backlog";
@@ -72,7 +73,6 @@ interface Context {
 	urls: string[];
 }
 
-const sleep = (ms: number) => new Promise(resolve => setTimeout(resolve, ms));
 const median = (values: number[]) => percentile(values, 50);
 const rateOf = (runs: Array<{ deliveries_per_s: number | null }>) => (runs.length > 0 && runs.every(run => run.deliveries_per_s !== null) ? median(runs.map(run => run.deliveries_per_s!)) : null);
 const tag = crypto.randomBytes(3).toString("hex");

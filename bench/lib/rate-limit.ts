@@ -21,6 +21,7 @@
 // one-second window of arrivals (a half-open window starting at a request) and the achieved rate
 // from the first arrival to the last, each against the limit.
 import path from "node:path";
+import { setTimeout as sleep } from "node:timers/promises";
 import type { ServiceBroker } from "moleculer";
 import { sendAllAtOnce, type BacklogDeployment } from "./backlog";
 import { startChild } from "./child";
@@ -81,8 +82,6 @@ export interface BurstFigures {
 	unlimited_deliveries_per_s: number | null;
 	limited?: LimitedFigures;
 }
-
-const sleep = (ms: number) => new Promise(resolve => setTimeout(resolve, ms));
 
 /** Sets the limit as PATCH /webhooks/{id} does, on the webhook at `url`. */
 async function limitWebhook(deployment: RateLimitDeployment, url: string, limit: number): Promise<string> {
