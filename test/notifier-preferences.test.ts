@@ -11,8 +11,7 @@ import type { Stack } from "./helpers/stack";
 import { testDatabases } from "./helpers/services";
 import type { TestSmtpServer } from "./helpers/smtp-server";
 import { setOrderStatusEmail, signIn as signInAs, useNotifierStack } from "./helpers/notifier-stack";
-import { waitUntil } from "./helpers/delivery-stack";
-import { metricsOf } from "../lib/metrics";
+import { metricTotal, waitUntil } from "./helpers/delivery-stack";
 import type { OutboxEntry } from "../services/notifier.service";
 import UsersService from "../services/users.service";
 
@@ -47,10 +46,7 @@ describe.each(testDatabases())("email preferences at intake on %s", database => 
 		return entry!;
 	}
 
-	async function notQueued(reason: string): Promise<number> {
-		const found = await metricsOf(stack.app.broker).getSingleMetric("emails_not_queued_total")?.get();
-		return found?.values.find(entry => entry.labels.reason === reason)?.value ?? 0;
-	}
+	const notQueued = (reason: string) => metricTotal(stack.app.broker, "emails_not_queued_total", { reason });
 
 	const mailsTo = (address: string) => smtp.received.filter(mail => mail.envelope.to.includes(address));
 

@@ -8,9 +8,8 @@ import { headerValue, type ReceivedMail, type TestSmtpServer } from "./helpers/s
 import { setOrderStatusEmail, signIn as signInAs, useNotifierStack } from "./helpers/notifier-stack";
 import { deriveUnsubscribeKey, signUnsubscribeToken } from "../lib/unsubscribe-token";
 import type { OutboxEntry } from "../services/notifier.service";
-import { metricsOf } from "../lib/metrics";
 import type { TaskingOrderStatusInput } from "../lib/schemas/events";
-import { waitUntil } from "./helpers/delivery-stack";
+import { metricTotal, waitUntil } from "./helpers/delivery-stack";
 
 const TOPIC = "tasking:order_status";
 const HOSTILE_NAME = `<script>alert("owned")</script><img src=x onerror=alert(1)>`;
@@ -78,10 +77,7 @@ describe.each(testDatabases())("notifier on %s", database => {
 	}
 
 	/** The value of a Prometheus counter of the notifier, by label. */
-	async function metric(name: string, label: string, value: string): Promise<number> {
-		const found = await metricsOf(stack.app.broker).getSingleMetric(name)?.get();
-		return found?.values.find(entry => entry.labels[label] === value)?.value ?? 0;
-	}
+	const metric = (name: string, label: string, value: string) => metricTotal(stack.app.broker, name, { [label]: value });
 
 	const mailsTo = (address: string) => smtp.received.filter(mail => mail.envelope.to.includes(address));
 	const byMessageId = (messageId: string) => (mail: ReceivedMail) => mail.messageId === messageId;

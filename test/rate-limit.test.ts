@@ -6,12 +6,11 @@
 // own send times (each attempt's attempted_at), which the limit governs.
 import crypto from "node:crypto";
 import { testDatabases } from "./helpers/services";
-import { attemptsMadeBy, startDeliveryStack, waitUntil, type DeliveryStack } from "./helpers/delivery-stack";
+import { attemptsMadeBy, metricTotal, startDeliveryStack, waitUntil, type DeliveryStack } from "./helpers/delivery-stack";
 import { ClockOffset, RateSlots, SLOT_GRACE_MS, latestStartOf, slotsToReserve } from "../lib/rate-slots";
 import type { DeliverySender } from "../lib/threaded-sender";
 import type { DeliveryOutcome } from "../lib/webhook-sender";
 import { busiestSecond } from "../bench/lib/stats";
-import { metricsOf } from "../lib/metrics";
 
 // The count is made on each attempt's start in the sender thread, which checks there that the
 // start is within SLOT_GRACE_MS of its send time: a hand-over that waited for a core past it
@@ -65,7 +64,7 @@ describe.each(testDatabases())("a rate-limited webhook with one dispatcher on %s
 		const patched = await stack.request("PATCH", `/id/v3/webhooks/${webhook.id}`, { token, body: { rate_limit: 20, ordering: "per_order" } });
 		expect(patched.body).toMatchObject({ rate_limit: 20, ordering: "per_order" });
 
-		const missedStarts = async () => (await metricsOf(stack.app.broker).getSingleMetric("webhook_rate_limit_missed_starts_total")!.get()).values.reduce((sum, value) => sum + value.value, 0);
+		const missedStarts = () => metricTotal(stack.app.broker, "webhook_rate_limit_missed_starts_total");
 		const missedBefore = await missedStarts();
 		// The real sender, reached late by the first three attempts, as a hand-over to a sender
 		// thread that waited for a core would reach it.

@@ -4,10 +4,9 @@
 // services' own `prune` actions, and the jobs with tiny batches to walk past pending work.
 import crypto from "node:crypto";
 import { testDatabases } from "./helpers/services";
-import { newCustomer, orderEvent, sleep, startDeliveryStack, waitUntil, type DeliveryStack, type OrderEvent } from "./helpers/delivery-stack";
+import { metricTotal, newCustomer, orderEvent, sleep, startDeliveryStack, waitUntil, type DeliveryStack, type OrderEvent } from "./helpers/delivery-stack";
 import { runPruneJobs } from "../lib/retention";
 import { DISPATCHER_PRUNE_JOBS } from "../mixins/dispatcher/retention";
-import { metricsOf } from "../lib/metrics";
 
 const PERIOD_MS = 3_000;
 
@@ -82,10 +81,7 @@ describe.each(testDatabases())("retention on %s", database => {
 		const notifierPruned = await env.stack.app.broker.call<Record<string, number>, object>("notifier.prune", {});
 		const webhooksPruned = await env.stack.app.broker.call<Record<string, number>, object>("webhooks.prune", {});
 		// Counted over every run: the services' own schedule may have pruned some rows first.
-		const prunedInAll = async (table: string) => {
-			const metric = await metricsOf(env.stack.app.broker).getSingleMetric("retention_pruned_rows_total")!.get();
-			return metric.values.filter(value => value.labels.table === table).reduce((sum, value) => sum + value.value, 0);
-		};
+		const prunedInAll = (table: string) => metricTotal(env.stack.app.broker, "retention_pruned_rows_total", { table });
 		expect(dispatcherPruned).toHaveProperty("delivery_rejected_events");
 		expect(notifierPruned).toHaveProperty("email_outbox");
 		expect(webhooksPruned).toHaveProperty("webhooks_previous_secret");

@@ -4,11 +4,10 @@
 // attempts held by a thread that dies, and a close that lets attempts in flight finish.
 import type { Worker } from "node:worker_threads";
 import { generateWebhookSecret } from "../lib/crypto";
-import { metricsOf } from "../lib/metrics";
 import { ThreadedWebhookSender } from "../lib/threaded-sender";
 import type { DeliveryRequest } from "../lib/webhook-sender";
 import { startHttpsReceiver, verifyDelivery, type HttpsReceiver } from "./helpers/https-receiver";
-import { newCustomer, orderEvent, startDeliveryStack, verified, waitUntil } from "./helpers/delivery-stack";
+import { metricTotal, newCustomer, orderEvent, startDeliveryStack, verified, waitUntil } from "./helpers/delivery-stack";
 
 const LOOPBACK = ["127.0.0.0/8", "::1/128"];
 
@@ -145,7 +144,7 @@ describe.each(["0", "1", "3"])("dispatcher with DELIVERY_SENDER_THREADS=%s", thr
 			);
 			expect(page.deliveries.every((item: { attempt_count: number; last_status_code: number }) => item.attempt_count === 1 && item.last_status_code === 200)).toBe(true);
 			// Every connection the receiver accepted is counted, whichever thread opened it.
-			const opened = async () => (await metricsOf(env.stack.app.broker).getSingleMetric("webhook_connections_opened_total")!.get()).values[0]?.value ?? 0;
+			const opened = () => metricTotal(env.stack.app.broker, "webhook_connections_opened_total");
 			expect(env.receiver.connections).toBeGreaterThan(0);
 			await waitUntil(opened, count => count === env.receiver.connections, "the connections counter to match the receiver");
 		} finally {

@@ -3,8 +3,7 @@
 // WEBHOOK_DISABLE_AFTER disables itself, the customer hears of it through `webhook:disabled`, and
 // re-enabling resumes what was parked. On SQLite and PostgreSQL.
 import { testDatabases } from "./helpers/services";
-import { newCustomer, orderEvent, sleep, startDeliveryStack, verified, waitUntil, type CreatedWebhook, type DeliveryStack, type OrderEvent } from "./helpers/delivery-stack";
-import { metricsOf } from "../lib/metrics";
+import { metricTotal, newCustomer, orderEvent, sleep, startDeliveryStack, verified, waitUntil, type CreatedWebhook, type DeliveryStack, type OrderEvent } from "./helpers/delivery-stack";
 import { WebhookDisabledMessage } from "../lib/schemas/webhooks";
 
 const RETRY_OFFSETS_MS = [1_000, 2_000, 3_000, 4_000, 5_000];
@@ -16,11 +15,7 @@ describe.each(testDatabases())("webhook lifecycle on %s", database => {
 	const publish = (event: OrderEvent) => env.stack.app.broker.call("dispatcher.publish", event) as Promise<{ deliveries: number }>;
 	const deliveryOf = (eventId: string, webhook: CreatedWebhook) => db()("deliveries").where({ event_id: eventId, webhook_id: webhook.id }).first();
 	const getWebhook = async (webhook: CreatedWebhook, token: string) => (await env.stack.request("GET", `/id/v3/webhooks/${webhook.id}`, { token })).body;
-	const disables = async (reason: string) => {
-		const metric = metricsOf(env.stack.app.broker).getSingleMetric("webhooks_disabled_total");
-		const values = metric ? (await metric.get()).values : [];
-		return values.find(value => value.labels.reason === reason)?.value ?? 0;
-	};
+	const disables = (reason: string) => metricTotal(env.stack.app.broker, "webhooks_disabled_total", { reason });
 	// The counter is bumped after the disable commits, so a read just after the API shows the webhook
 	// disabled may not see it yet: wait for it to rise, then the test checks by how much.
 	const disablesAfter = (reason: string, before: number) => waitUntil(() => disables(reason), count => count > before, `the ${reason} disable to be counted`);

@@ -158,9 +158,14 @@ export function useTwoDispatchers(database: DatabaseKind, env: Record<string, st
 	return instances;
 }
 
+/** A metric of this broker's registry, summed over the series whose labels include `labels`; 0 before it exists. */
+export async function metricTotal(broker: ServiceBroker, name: string, labels: Record<string, string> = {}): Promise<number> {
+	const metric = metricsOf(broker).getSingleMetric(name);
+	const values = metric ? (await metric.get()).values : [];
+	return values.filter(value => Object.entries(labels).every(([key, wanted]) => value.labels[key] === wanted)).reduce((sum, value) => sum + value.value, 0);
+}
+
 /** Delivery attempts this broker's dispatcher made, from its metrics; only those with `result` if given. */
-export async function attemptsMadeBy(broker: ServiceBroker, result?: "succeeded" | "failed"): Promise<number> {
-	const metric = metricsOf(broker).getSingleMetric("webhook_delivery_attempts_total");
-	const { values } = await metric!.get();
-	return values.filter(value => result === undefined || value.labels.result === result).reduce((sum, value) => sum + value.value, 0);
+export function attemptsMadeBy(broker: ServiceBroker, result?: "succeeded" | "failed"): Promise<number> {
+	return metricTotal(broker, "webhook_delivery_attempts_total", result ? { result } : {});
 }
