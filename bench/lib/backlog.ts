@@ -27,6 +27,7 @@
 // CPU per delivery during each burst: the service's processes (all their threads), PostgreSQL
 // (every postgres process) and nats-server, read from /proc, beside the receivers' (apart).
 import crypto from "node:crypto";
+import { setTimeout as sleep } from "node:timers/promises";
 import type { Knex } from "knex";
 import { orderStatusMessage } from "../../lib/schemas/deliveries";
 import { TASKING_ORDER_STATUS_TOPIC, type TaskingOrderStatusEvent } from "../../lib/schemas/events";
@@ -382,7 +383,7 @@ async function modeRun(harness: BacklogHarness, mode: string, urls: string[], wi
 		const warmRate = rateOf(warm);
 		const idleBursts = [];
 		for (const idleSeconds of IDLE_SECONDS) {
-			await new Promise(resolve => setTimeout(resolve, idleSeconds * 1000));
+			await sleep(idleSeconds * 1000);
 			const afterIdle = await burst(harness, deployment, SMALL);
 			idleBursts.push({ idle_seconds: idleSeconds, burst: afterIdle, vs_warm: ratioOrNull(afterIdle.deliveries_per_s, warmRate) });
 		}
