@@ -94,6 +94,9 @@ describe.each(testDatabases())("claims on %s", database => {
 	beforeAll(async () => {
 		stack = await startStack({ services: ["webhooks", "dispatcher"], database, env: ENV });
 		dispatcher = stack.app.broker.getLocalService("dispatcher") as unknown as ClaimingService;
+		// The dispatcher claims once as it starts. On a busy machine that claim could still be running
+		// when a test lays its rows down, and lease them before the test's own claim.
+		await claimsSettled(dispatcher);
 	});
 	afterAll(() => stack?.stop());
 
@@ -347,6 +350,9 @@ describe.each(testDatabases())("the poll's claim on %s", database => {
 	beforeAll(async () => {
 		stack = await startStack({ services: ["webhooks", "dispatcher"], database, env: { ...ENV, DELIVERY_POLL_INTERVAL: "50ms" } });
 		dispatcher = stack.app.broker.getLocalService("dispatcher") as unknown as ClaimingService;
+		// The dispatcher claims once as it starts. On a busy machine that claim could still be running
+		// when a test lays its rows down, and lease them before the test's own claim.
+		await claimsSettled(dispatcher);
 	});
 	afterAll(() => stack?.stop());
 
