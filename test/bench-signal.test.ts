@@ -3,6 +3,7 @@
 // which the run's own steps remove only as they finish, are removed before it exits. Nor does it
 // leave the transpiled copy its child processes run from (bench/lib/child.ts): here it makes its
 // own, as outside the suite, instead of taking the run's.
+import { setTimeout as sleep } from "node:timers/promises";
 import { spawn } from "node:child_process";
 import fs from "node:fs";
 import path from "node:path";
@@ -11,7 +12,6 @@ import { connect, type NatsConnection } from "nats";
 import { TEST_DATABASE_URL, TEST_NATS_URL } from "./helpers/services";
 
 const ROOT = path.join(__dirname, "..");
-const sleep = (ms: number) => new Promise(resolve => setTimeout(resolve, ms));
 
 async function schemasOf(db: Knex, runId: string): Promise<string[]> {
 	const { rows } = await db.raw<{ rows: Array<{ nspname: string }> }>("SELECT nspname FROM pg_namespace WHERE starts_with(nspname, ?)", [`bench_${runId}`]);

@@ -3,6 +3,7 @@
 // PostgreSQL schema, the roles as real `server.ts` processes, an HTTPS receiver and an SMTP
 // server. Events come from an outside Moleculer node through the durable channel. Each test
 // ends by counting what arrived: 0 lost, and the repeats counted and printed (one JSON line).
+import { setTimeout as sleep } from "node:timers/promises";
 import fs from "node:fs";
 import {
 	Cluster,
@@ -16,7 +17,6 @@ import {
 } from "./helpers/cluster";
 import type { TaskingOrderStatusInput } from "../lib/schemas/events";
 
-const sleep = (ms: number) => new Promise(resolve => setTimeout(resolve, ms));
 const CUSTOMER = "faults-co";
 
 interface Tenant {

@@ -3,6 +3,7 @@
 // with nothing stored, and a dispatcher SIGKILLed while 1,000 events are posted loses none.
 // Deliveries are counted at a real HTTPS receiver, emails at a real SMTP server; the figures are
 // printed as one JSON line per test. The embedded mode is http-intake.test.ts.
+import { setTimeout as sleep } from "node:timers/promises";
 import {
 	Cluster,
 	describeCluster,
@@ -18,7 +19,6 @@ import type { TaskingOrderStatusInput } from "../lib/schemas/events";
 
 const INTAKE = "/id/v3/events/tasking.order_status";
 const CUSTOMER = "intake-co";
-const sleep = (ms: number) => new Promise(resolve => setTimeout(resolve, ms));
 
 interface Tenant {
 	producer: string;

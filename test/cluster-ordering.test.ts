@@ -11,6 +11,7 @@
 // 200 must be exactly the order's statuses by occurred_at, none lost; a repeat of a webhook-id
 // (allowed across a crash) is counted and printed, and no attempt of an older status may follow
 // an attempt of a newer one. One JSON line of figures per test.
+import { setTimeout as sleep } from "node:timers/promises";
 import { Cluster, describeCluster, eventually, printFigures, withClusterLogs, type ClusterWebhook, type HttpAnswer } from "./helpers/cluster";
 import {
 	DirectedPublisher,
@@ -28,7 +29,6 @@ import {
 } from "./helpers/ordering-cluster";
 import type { TaskingOrderStatusInput } from "../lib/schemas/events";
 
-const sleep = (ms: number) => new Promise(resolve => setTimeout(resolve, ms));
 const INTAKE = "/id/v3/events/tasking.order_status";
 // A head that failed is retried a second later: long enough for the next statuses of its order to
 // be taken in and wait behind it, short enough for the test to take seconds.

@@ -1,5 +1,6 @@
 // The dispatcher's pure helpers: the message body, time-ordered ids, the micro-batcher, the
 // subscriber cache and the webhooks' drain rates.
+import { setTimeout as sleep } from "node:timers/promises";
 import crypto from "node:crypto";
 import { orderStatusMessage } from "../lib/schemas/deliveries";
 import { TaskingOrderStatusEvent } from "../lib/schemas/events";
@@ -139,7 +140,6 @@ describe("MicroBatcher", () => {
 		};
 		return { batches, addApart };
 	};
-	const sleep = (ms: number) => new Promise(resolve => setTimeout(resolve, ms));
 
 	it("waits lingerMs for company when asked to", async () => {
 		const { batches, addApart } = recording(30);

@@ -4,6 +4,7 @@
 // and once up it says where its endpoints are. A busy port stops it naming the variable; SIGTERM, sent to the image's command the way `docker stop` sends
 // it, drains and exits 0 with one clean stop; a NATS connection that is closed for good makes
 // /health answer 503 and the process exit non-zero.
+import { setTimeout as sleep } from "node:timers/promises";
 import { execFile, spawn, type ChildProcess } from "node:child_process";
 import fs from "node:fs";
 import net from "node:net";
@@ -19,7 +20,6 @@ import { dropIntakeStreams } from "../lib/intake-channel";
 const ROOT = path.resolve(__dirname, "..");
 const KEY = Buffer.alloc(32, 7).toString("base64");
 const JWT_SECRET = "e".repeat(40);
-const sleep = (ms: number) => new Promise(resolve => setTimeout(resolve, ms));
 
 interface Running {
 	child: ChildProcess;

@@ -2,6 +2,7 @@
 // consumers (webhook deliveries and email), an event without event_id gets one id that both
 // agree on, and a bad event is recorded as rejected once, not redelivered forever.
 // The fault tests (test/cluster*.test.ts) kill and cut things; this suite checks the contract.
+import { setTimeout as sleep } from "node:timers/promises";
 import crypto from "node:crypto";
 import { ServiceBroker } from "moleculer";
 import { startDeliveryStack, waitUntil, type DeliveryStack } from "./helpers/delivery-stack";
@@ -15,7 +16,6 @@ import type { OutboxEntry } from "../services/notifier.service";
 import { implicitCustomerId } from "../lib/customers";
 
 const TOPIC = "tasking:order_status";
-const sleep = (ms: number) => new Promise(resolve => setTimeout(resolve, ms));
 
 /** Polls until `probe` answers something. */
 function eventually<T>(what: string, probe: () => Promise<T | undefined>): Promise<T> {

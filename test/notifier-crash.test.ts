@@ -5,6 +5,7 @@
 // and the duplicates are counted. A resend can only duplicate an email whose 250 the server
 // sent before the dying process recorded it: the first scenario never kills in that window (no
 // duplicate allowed), the second aims at it on purpose and reports what it caught.
+import { setTimeout as sleep } from "node:timers/promises";
 import { spawn, type ChildProcess } from "node:child_process";
 import crypto from "node:crypto";
 import fs from "node:fs";
@@ -24,8 +25,6 @@ const ACCEPT_DELAY_MS = 300;
 const REPO_ROOT = path.resolve(__dirname, "..");
 
 const describeWithNats = describeWhere({ nats: true });
-
-const sleep = (ms: number) => new Promise(resolve => setTimeout(resolve, ms));
 
 interface NotifierProcess {
 	nodeId: string;

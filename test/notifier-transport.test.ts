@@ -1,6 +1,7 @@
 // How the notifier hands email over: .eml files in the embedded default (no SMTP_URL) or when
 // chosen with SMTP_URL=file:, and SMTP with STARTTLS, a private CA (SMTP_CA_FILE) and credentials
 // in SMTP_URL.
+import { setTimeout as sleep } from "node:timers/promises";
 import crypto from "node:crypto";
 import fs from "node:fs";
 import os from "node:os";
@@ -13,7 +14,6 @@ import { testCertificate } from "./helpers/https-receiver";
 import type { OutboxEntry } from "../services/notifier.service";
 
 const TOPIC = "tasking:order_status";
-const sleep = (ms: number) => new Promise(resolve => setTimeout(resolve, ms));
 
 async function optIn(stack: Stack, sub: string, email: string): Promise<void> {
 	const token = await stack.token(sub, { email, name: "Alice" });

@@ -1,6 +1,7 @@
 // The notifier end to end: events in through the broker, preferences set over the real HTTP API,
 // email out through a real SMTP server, and the one-click unsubscribe through the real gateway.
 // The stack runs without the dispatcher, which shows that email does not depend on it.
+import { setTimeout as sleep } from "node:timers/promises";
 import crypto from "node:crypto";
 import { expectProblem, type Stack } from "./helpers/stack";
 import { testDatabases } from "./helpers/services";
@@ -29,8 +30,6 @@ function orderEvent(userId: string, status: string, extra: Partial<OrderEvent> =
 		...extra,
 	};
 }
-
-const sleep = (ms: number) => new Promise(resolve => setTimeout(resolve, ms));
 
 describe.each(testDatabases())("notifier on %s", database => {
 	const env = useNotifierStack(database, {

@@ -2,6 +2,7 @@
 // trusted through caFile as WEBHOOK_CA_FILE would be): signing, status handling, redirects,
 // timeouts, unreachable hosts, TLS trust, response excerpts, connection reuse, and rate-limited
 // attempts past their deadline.
+import { setTimeout as sleep } from "node:timers/promises";
 import { WebhookVerificationError } from "standardwebhooks";
 import { generateWebhookSecret } from "../lib/crypto";
 import { DEFAULT_USER_AGENT, RESPONSE_EXCERPT_BYTES, WebhookSender, type DeliveryRequest } from "../lib/webhook-sender";
@@ -9,9 +10,6 @@ import { startHttpsReceiver, verifyDelivery, type HttpsReceiver } from "./helper
 import { freePort } from "./helpers/net";
 
 const LOOPBACK = ["127.0.0.0/8", "::1/128"];
-
-
-const sleep = (ms: number) => new Promise(resolve => setTimeout(resolve, ms));
 
 describe("WebhookSender", () => {
 	let receiver: HttpsReceiver;

@@ -8,6 +8,7 @@
 // lease_id, so a worker whose lease was lost (taken over, cancelled, retried by hand) writes
 // nothing. A row parked while its attempt was in flight (the webhook was disabled meanwhile)
 // stays parked unless the attempt finished it: its retry waits for the webhook to be enabled.
+import { setTimeout as sleep } from "node:timers/promises";
 import type { Knex } from "knex";
 import { isPostgres, nowIso } from "../db.mixin";
 import { endedQueues, mayEndHeads, promoteNextSqlite } from "./order-queues.mixin";
@@ -94,8 +95,6 @@ const WRITE_RESULTS_POSTGRES: PreparedStatement = {
 	)
 	SELECT id FROM u`,
 };
-
-const sleep = (ms: number) => new Promise(resolve => setTimeout(resolve, ms));
 
 /** PostgreSQL: the lease-guarded write of a batch (one prepared statement); returns the ids whose lease held. */
 async function writeResultsPostgres(db: Knex, updates: DeliveryUpdate[], now: string): Promise<Set<string>> {

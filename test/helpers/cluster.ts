@@ -12,6 +12,7 @@
 //   await cluster.role("dispatcher-1").kill();  // SIGKILL
 //   cluster.deliveryFigures([hook], events)     // sent, delivered, lost, repeats
 //   await cluster.close();                      // in afterAll: everything down, even on failure
+import { setTimeout as sleep } from "node:timers/promises";
 import crypto from "node:crypto";
 import fs from "node:fs";
 import os from "node:os";
@@ -97,7 +98,6 @@ export interface ClusterWebhook {
 	customer: string;
 }
 
-const sleep = (ms: number) => new Promise(resolve => setTimeout(resolve, ms));
 /** A producer's attempts at one send before it gives up (and the test fails). */
 const SEND_ATTEMPTS = 20;
 

@@ -1,6 +1,7 @@
 // A command a developer runs in a terminal (`npm run listen`, an example), as a real child process
 // in its own process group, with its output collected so that a test can wait for a line. Stop
 // signals go to the whole group, as Ctrl-C in a terminal does: npm does not pass them on.
+import { setTimeout as sleep } from "node:timers/promises";
 import { spawn, type ChildProcess } from "node:child_process";
 import { REPO_ROOT } from "./role-process";
 
@@ -8,8 +9,6 @@ export interface CommandExit {
 	code: number | null;
 	signal: NodeJS.Signals | null;
 }
-
-const sleep = (ms: number) => new Promise(resolve => setTimeout(resolve, ms));
 
 export class CommandProcess {
 	output = "";

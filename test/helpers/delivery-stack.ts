@@ -96,7 +96,7 @@ export async function waitUntil<T>(read: () => T | Promise<T>, done: (value: T) 
 	}
 }
 
-export const sleep = (ms: number) => new Promise(resolve => setTimeout(resolve, ms));
+export { setTimeout as sleep } from "node:timers/promises";
 
 /** Verifies a delivery's Standard Webhooks signature; returns the parsed payload. */
 export function verified(request: ReceivedRequest, secret: string): any {

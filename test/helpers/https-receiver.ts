@@ -14,6 +14,7 @@
 // A scripted answer: { status?, body?, headers?, delayMs?, redirectTo?, hang? }. `hang` never
 // answers (the socket stays open until the client gives up or close() runs); `redirectTo` sends
 // a 302 (or the given 3xx status) with that Location.
+import { setTimeout as sleep } from "node:timers/promises";
 import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
@@ -136,8 +137,6 @@ export function verifyDelivery(request: ReceivedRequest, secret: string): unknow
 	};
 	return new Webhook(secret).verify(request.body, headers);
 }
-
-const sleep = (ms: number) => new Promise(resolve => setTimeout(resolve, ms));
 
 function readBody(request: IncomingMessage): Promise<string> {
 	return new Promise((resolve, reject) => {

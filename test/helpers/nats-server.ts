@@ -7,6 +7,7 @@
 //   await nats.stop();             // SIGKILL; clients see the connection drop
 //   await nats.start();            // same port, same store: streams and consumers survive
 //   await nats.close();            // stops it and removes the store
+import { setTimeout as sleep } from "node:timers/promises";
 import { spawn, type ChildProcess } from "node:child_process";
 import fs from "node:fs";
 import net from "node:net";
@@ -29,8 +30,6 @@ export interface NatsServer {
 	/** Stops the server and removes its store and log. */
 	close(): Promise<void>;
 }
-
-const sleep = (ms: number) => new Promise(resolve => setTimeout(resolve, ms));
 
 function accepts(port: number): Promise<boolean> {
 	return new Promise(resolve => {

@@ -5,6 +5,7 @@
 //   const receiver = firstAttemptsFailAtRandom();          // Cluster.start({ respond: receiver.respond })
 //   await sendOrders(orders, { concurrency: 40, maxGapMs: 30 }, send);  // each order's statuses in turn
 //   orderFigures(cluster, webhook, orders)                 // lost, out_of_order, repeats, …
+import { setTimeout as sleep } from "node:timers/promises";
 import crypto from "node:crypto";
 import type { ServiceBroker } from "moleculer";
 import { eventually, type Cluster, type ClusterWebhook } from "./cluster";
@@ -12,7 +13,6 @@ import { verifyDelivery, type ReceivedRequest, type ScriptedResponse } from "./h
 import type { PublishResult } from "../../lib/schemas/deliveries";
 import type { TaskingOrderStatusInput } from "../../lib/schemas/events";
 
-const sleep = (ms: number) => new Promise(resolve => setTimeout(resolve, ms));
 /** The customer of every order these tests send. */
 export const ORDERING_CUSTOMER = "ordering-co";
 const SEED = "issue-31";

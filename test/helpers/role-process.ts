@@ -2,6 +2,7 @@
 // with the role's environment, as an operator starts it, its output in a log file. It runs as
 // node itself (on the run's transpiled copy, service-build.ts), not through npm or the tsx CLI,
 // so that a signal reaches the server and SIGKILL really kills it.
+import { setTimeout as sleep } from "node:timers/promises";
 import { spawn, type ChildProcess } from "node:child_process";
 import fs from "node:fs";
 import { tailOf } from "./nats-server";
@@ -14,8 +15,6 @@ export interface RoleExit {
 	code: number | null;
 	signal: NodeJS.Signals | null;
 }
-
-const sleep = (ms: number) => new Promise(resolve => setTimeout(resolve, ms));
 
 export class RoleProcess {
 	private child: ChildProcess | undefined;
