@@ -4,6 +4,7 @@
 // knex's stack traces: neither said which setting or address was at fault. A dependency that is
 // still starting (compose, a rebooting host) gets the whole wait; one that refuses this node's
 // credentials or database name will not change its mind, so that stops at once.
+import { setTimeout as sleep } from "node:timers/promises";
 import knex from "knex";
 import { connect } from "nats";
 import { invalidConfiguration, type AppConfig } from "./config";
@@ -134,7 +135,7 @@ async function waitFor(dependency: Dependency, waitMs: number, onWaiting: (line:
 			};
 		}
 		if (attempt === 1) onWaiting(`Waiting up to ${seconds(waitMs)} for ${dependency.label} (${dependency.variable}): ${reasonOf(failure)}`);
-		await new Promise(resolve => setTimeout(resolve, RETRY_EVERY_MS));
+		await sleep(RETRY_EVERY_MS);
 	}
 }
 

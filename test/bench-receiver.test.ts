@@ -2,6 +2,7 @@
 // and latency are what this process counts, so each kind of endpoint must answer and count as
 // documented, and a path must pick the behaviour, so that webhooks of one host can differ (the
 // bad-neighbour scenario's one-host layout). Real HTTPS requests to the child process.
+import { setTimeout as sleep } from "node:timers/promises";
 import https from "node:https";
 import path from "node:path";
 import { startChild } from "../bench/lib/child";
@@ -49,7 +50,7 @@ describe("the benchmark's receivers", () => {
 		});
 	const counts = () => ({ ok: receivers.ok, repeats: receivers.repeats, slow: receivers.slow, fail: receivers.fail, quiet: receivers.quiet });
 	const countsReach = async (expected: ReturnType<typeof counts>) => {
-		while (JSON.stringify(counts()) !== JSON.stringify(expected)) await new Promise(resolve => setTimeout(resolve, 5));
+		while (JSON.stringify(counts()) !== JSON.stringify(expected)) await sleep(5);
 	};
 
 	it("answers and counts each kind as its path picks it, and keeps latency samples of healthy endpoints only", async () => {
@@ -73,7 +74,7 @@ describe("the benchmark's receivers", () => {
 	// runs without the 1 ms delay monitor, and the next window watching the loop has it back. Node
 	// records the time between the monitor's firings, so a watched window reads at least 1 ms.
 	it("measures a CPU-only window without its event-loop monitor, and watches the loop again after", async () => {
-		const pause = () => new Promise(resolve => setTimeout(resolve, 100));
+		const pause = () => sleep(100);
 		await probe(receivers.child, "cpu");
 		await pause();
 		const cpuOnly = await probe(receivers.child);

@@ -1,6 +1,7 @@
 // The dispatcher's HTTP surface through the real gateway: the webhook test endpoint and the
 // delivery log (list, detail, retry), with tenant isolation and input validation. On SQLite and
 // PostgreSQL, against a real HTTPS receiver.
+import { setTimeout as sleep } from "node:timers/promises";
 import crypto from "node:crypto";
 import { expectProblem, startStack } from "./helpers/stack";
 import { testDatabases } from "./helpers/services";
@@ -173,7 +174,7 @@ describe.each(testDatabases())("dispatcher API on %s", database => {
 			expect((await request("POST", `/id/v3/webhooks/${webhook.id}/deliveries/${done.id}/retry`, alice.token)).status).toBe(202);
 			const failed = await waitUntil(() => deliveryOf(event.event_id!, webhook), row => row?.status === "failed", "the hand retry to fail");
 			expect(failed).toMatchObject({ attempt_count: 2, next_attempt_at: null, last_status_code: 500 });
-			await new Promise(resolve => setTimeout(resolve, 1_500));
+			await sleep(1_500);
 			expect(env.received(webhook)).toHaveLength(2);
 		});
 

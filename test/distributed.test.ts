@@ -1,5 +1,6 @@
 // Distributed mode: the same services split across brokers that talk over a real NATS server,
 // sharing a real PostgreSQL database. The gateway node owns no data; requests cross NATS.
+import { setTimeout as sleep } from "node:timers/promises";
 import crypto from "node:crypto";
 import { dropIntakeStreams } from "../lib/intake-channel";
 import { startStack, type Stack } from "./helpers/stack";
@@ -48,7 +49,7 @@ describeWithNats("distributed mode over NATS", () => {
 		// Wait (bounded) until the gateway's registry notices the node left.
 		for (let i = 0; i < 50 && status !== 503; i++) {
 			status = (await gateway.request("GET", "/id/v3/webhooks/events", { token })).status;
-			if (status !== 503) await new Promise(resolve => setTimeout(resolve, 200));
+			if (status !== 503) await sleep(200);
 		}
 		expect(status).toBe(503);
 	});

@@ -3,6 +3,7 @@
 // verifyWebhook, the HTTP producers (examples/http-producer.mjs with fetch, http-producer.sh with
 // curl), and the Moleculer producer (examples/producer.mjs) on the durable JetStream channel of a
 // cluster-mode service. The SDK is built first, as its package would be installed.
+import { setTimeout as sleep } from "node:timers/promises";
 import crypto from "node:crypto";
 import fs from "node:fs";
 import os from "node:os";
@@ -183,7 +184,7 @@ async function waitForRow<T>(read: () => Promise<T | undefined>): Promise<T> {
 	for (let tries = 0; tries < 300; tries++) {
 		const row = await read();
 		if (row) return row;
-		await new Promise(resolve => setTimeout(resolve, 100));
+		await sleep(100);
 	}
 	throw new Error("no row within 30 s");
 }

@@ -3,6 +3,7 @@
 // OPTIONS never reaches an action; parameters come only from where a route documents them;
 // "__proto__" is a plain unknown key; an error answer has written nothing; token claims,
 // rate limits, names, URLs, answer sizes and headers follow the rules of docs/api.md.
+import { setTimeout as sleep } from "node:timers/promises";
 import type net from "node:net";
 import os from "node:os";
 import fs from "node:fs";
@@ -28,7 +29,7 @@ const ALLOWED_ORIGIN = "https://app.example.com";
 async function eventually<T>(read: () => Promise<T>, check: (value: T) => boolean): Promise<T> {
 	let value = await read();
 	for (let i = 0; i < 150 && !check(value); i++) {
-		await new Promise(resolve => setTimeout(resolve, 200));
+		await sleep(200);
 		value = await read();
 	}
 	return value;
@@ -413,7 +414,7 @@ describe.each(testDatabases())("rate limits on %s", database => {
 		expect(firstWait).toBeLessThanOrEqual(60);
 
 		// Retry-After is the real time left in the window, not a constant.
-		await new Promise(resolve => setTimeout(resolve, 1_500));
+		await sleep(1_500);
 		const later = await stack.request("GET", "/id/v3/webhooks", { token: first });
 		expectProblem(later, 429);
 		expect(Number(later.headers.get("retry-after"))).toBeLessThan(firstWait);

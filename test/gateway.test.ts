@@ -1,4 +1,5 @@
 // The gateway's own behaviour: authentication, problem details, trailing slashes, body rules.
+import { setTimeout as sleep } from "node:timers/promises";
 import { SignJWT, UnsecuredJWT } from "jose";
 import { expectProblem, startStack, type Stack } from "./helpers/stack";
 import { eventDataJsonSchema } from "../lib/schemas/event-payloads";
@@ -77,7 +78,7 @@ describe("gateway", () => {
 		expect((await stack.request("GET", "/id/v3/webhooks/events", { token: shortLived })).status).toBe(200);
 		let status = 200;
 		for (let i = 0; i < 40 && status === 200; i++) {
-			await new Promise(resolve => setTimeout(resolve, 250));
+			await sleep(250);
 			status = (await stack.request("GET", "/id/v3/webhooks/events", { token: shortLived })).status;
 		}
 		expect(status).toBe(401);

@@ -1,6 +1,7 @@
 // Email does not wait for webhooks: with the whole stack running and the customer's webhook
 // receiver never answering, the owner's emails still go out while every delivery is stuck.
 // (test/notifier.test.ts runs without any dispatcher at all.)
+import { setTimeout as sleep } from "node:timers/promises";
 import crypto from "node:crypto";
 import { startDeliveryStack, waitUntil, type DeliveryStack } from "./helpers/delivery-stack";
 import { startHttpsReceiver, type HttpsReceiver } from "./helpers/https-receiver";
@@ -88,7 +89,7 @@ describe("email while the users service is away", () => {
 			"the email to find the users service away",
 		);
 		// Polled again and again meanwhile: still pending, with no attempt spent.
-		await new Promise(resolve => setTimeout(resolve, 2_500));
+		await sleep(2_500);
 		const later = ((await stack.app.broker.call("notifier.outbox", { limit: 50 })) as OutboxEntry[]).find(row => row.event_id === event.event_id)!;
 		expect(entry!.status).toBe("pending");
 		expect(later).toMatchObject({ status: "pending", attempts: 0 });

@@ -1,5 +1,6 @@
 // The operational endpoints on OPS_PORT: /health for orchestrators (and what makes it fail),
 // /metrics for Prometheus. They answer without a token and live apart from the API port.
+import { setTimeout as sleep } from "node:timers/promises";
 import crypto from "node:crypto";
 import fs from "node:fs";
 import net from "node:net";
@@ -53,7 +54,7 @@ async function startWithOps(database: DatabaseKind, env: Record<string, string> 
 async function eventually<T>(read: () => Promise<T>, check: (value: T) => boolean, attempts = 100): Promise<T> {
 	let value = await read();
 	for (let i = 0; i < attempts && !check(value); i++) {
-		await new Promise(resolve => setTimeout(resolve, 200));
+		await sleep(200);
 		value = await read();
 	}
 	return value;

@@ -3,6 +3,7 @@
 // parameters included; an IPv4 allowance does not open its IPv6 forms; bodies are UTF-8 JSON
 // without repeated keys; framing the gateway cannot trust gets a problem answer; tokens expire
 // within a bound; slow clients cannot hold the gateway; the rate limit is per customer.
+import { setTimeout as sleep } from "node:timers/promises";
 import net from "node:net";
 import crypto from "node:crypto";
 import type { Knex } from "knex";
@@ -82,7 +83,7 @@ describe.each(testDatabases())("probe round two on %s", database => {
 			expect(namedSolo.deliveries).toBe(0);
 			let settled: { attempt_count: number; next_attempt_at: string | null } | undefined;
 			for (let i = 0; i < 150 && !(settled && settled.attempt_count >= 1 && settled.next_attempt_at); i++) {
-				await new Promise(resolve => setTimeout(resolve, 200));
+				await sleep(200);
 				settled = await stack.db("deliveries").where({ webhook_id: hook.body.id }).first();
 			}
 			expect(settled).toMatchObject({ customer_id: "~solo", status: "pending", attempt_count: 1 });

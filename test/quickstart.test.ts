@@ -4,6 +4,7 @@
 // Two changes only: `npm install` is left out (the clone uses this checkout's node_modules and
 // built web app: installing compiles better-sqlite3 and takes minutes), and the service listens
 // on loopback on free ports instead of 3000/3030, so that it can run beside anything else here.
+import { setTimeout as sleep } from "node:timers/promises";
 import { execFileSync } from "node:child_process";
 import fs from "node:fs";
 import os from "node:os";
@@ -56,7 +57,7 @@ describe("the README's quick start", () => {
 		for (let tries = 0; tries < 600; tries++) {
 			const status = await fetch(`http://127.0.0.1:${opsPort}/health`).then(response => response.status, () => 0);
 			if (status === 200) return;
-			await new Promise(resolve => setTimeout(resolve, 100));
+			await sleep(100);
 		}
 		throw new Error("the service did not become healthy within 60 s");
 	};
@@ -118,7 +119,7 @@ describe("the README's quick start", () => {
 		let mail = terminal(steps.mail);
 		await mail.exited;
 		for (let tries = 0; tries < 300 && !/\.eml$/m.test(mail.output); tries++) {
-			await new Promise(resolve => setTimeout(resolve, 100));
+			await sleep(100);
 			mail = terminal(steps.mail);
 			await mail.exited;
 		}

@@ -3,6 +3,7 @@
 // embedded mode (the REPL is the service's prompt) and as a node that joined a cluster over NATS
 // and runs no service. Every command is run with good and bad arguments; no output ever shows a
 // secret. A second embedded REPL beside a running one stops at once, saying what to do.
+import { setTimeout as sleep } from "node:timers/promises";
 import { spawn, type ChildProcess } from "node:child_process";
 import crypto from "node:crypto";
 import fs from "node:fs";
@@ -46,7 +47,7 @@ function startRepl(env: Record<string, string>): ReplProcess {
 		child.stdin!.write(`${line}\n`);
 		const printed = await waitUntil(() => output.slice(from), text => expected.test(text), `"${line}" to print ${expected}`);
 		// Let the rest of the table arrive before the next command.
-		await new Promise(resolve => setTimeout(resolve, 100));
+		await sleep(100);
 		return printed + output.slice(from + printed.length);
 	};
 	return {

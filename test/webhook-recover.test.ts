@@ -1,6 +1,7 @@
 // POST /webhooks/{id}/recover through the real gateway, with a real HTTPS receiver: failed
 // deliveries in the window get one fresh attempt, those outside it do not; the count, the bound
 // per call, idempotence, isolation between customers and bad input. On SQLite and PostgreSQL.
+import { setTimeout as sleep } from "node:timers/promises";
 import crypto from "node:crypto";
 import { testDatabases } from "./helpers/services";
 import { newCustomer, orderEvent, startDeliveryStack, waitUntil, type CreatedWebhook, type DeliveryStack } from "./helpers/delivery-stack";
@@ -38,7 +39,7 @@ describe.each(testDatabases())("recover on %s", database => {
 		const before = await publishAll(alice, 2);
 		await allFailed(webhook, before);
 		const since = new Date().toISOString();
-		await new Promise(resolve => setTimeout(resolve, 20));
+		await sleep(20);
 		const inWindow = await publishAll(alice, 3);
 		await allFailed(webhook, inWindow);
 		await allFailed(sibling, inWindow);

@@ -1,5 +1,6 @@
 // Webhook management through the real gateway (API.md, "Webhooks"), and the internal actions
 // and events the dispatcher relies on (CONTRIBUTING.md, "webhooks"), on SQLite and PostgreSQL.
+import { setTimeout as sleep } from "node:timers/promises";
 import crypto from "node:crypto";
 import type { Knex } from "knex";
 import type { Service } from "moleculer";
@@ -28,7 +29,7 @@ async function waitFor<T>(read: () => Promise<T>, done: (value: T) => boolean, w
 		const value = await read();
 		if (done(value)) return value;
 		if (Date.now() > giveUpAt) throw new Error(`Gave up waiting for ${what}; last value: ${JSON.stringify(value)}`);
-		await new Promise(resolve => setTimeout(resolve, 100));
+		await sleep(100);
 	}
 }
 

@@ -2,6 +2,7 @@
 // real database, plus a real HTTPS receiver (self-signed certificate, trusted through
 // WEBHOOK_CA_FILE, loopback allowed through WEBHOOK_ALLOW_NETS). Each webhook gets its own path
 // on the receiver, with its own scripted answers.
+import { setTimeout as sleep } from "node:timers/promises";
 import crypto from "node:crypto";
 import type { ServiceBroker } from "moleculer";
 import { metricsOf } from "../../lib/metrics";
@@ -92,11 +93,11 @@ export async function waitUntil<T>(read: () => T | Promise<T>, done: (value: T) 
 		const value = await read();
 		if (done(value)) return value;
 		if (Date.now() > giveUpAt) throw new Error(`Gave up waiting for ${what}; last value: ${JSON.stringify(value)?.slice(0, 2000)}`);
-		await new Promise(resolve => setTimeout(resolve, 50));
+		await sleep(50);
 	}
 }
 
-export { setTimeout as sleep } from "node:timers/promises";
+export { sleep };
 
 /** Verifies a delivery's Standard Webhooks signature; returns the parsed payload. */
 export function verified(request: ReceivedRequest, secret: string): any {

@@ -4,6 +4,7 @@
 //
 // A message counts as delivered only if the client is still connected when the server answers
 // 250, as with a real MTA: a client killed before that point never handed the message over.
+import { setTimeout as sleep } from "node:timers/promises";
 import { EventEmitter } from "node:events";
 import type { AddressInfo } from "node:net";
 import { SMTPServer, type SMTPServerOptions, type SMTPServerSession } from "smtp-server";
@@ -151,7 +152,7 @@ export async function startSmtpServer(options: SmtpServerOptions = {}): Promise<
 						to: session.envelope.rcptTo.map(rcpt => rcpt.address),
 					};
 					attempts.push(attempt);
-					if (acceptDelayMs > 0) await new Promise(resolve => setTimeout(resolve, acceptDelayMs));
+					if (acceptDelayMs > 0) await sleep(acceptDelayMs);
 					if (hold && !closedSessions.has(session.id)) {
 						await new Promise<void>(resolve => held.set(session.id, [...(held.get(session.id) ?? []), resolve]));
 					}
