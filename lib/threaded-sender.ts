@@ -14,7 +14,7 @@ import type { Worker } from "node:worker_threads";
 import type { ServiceBroker } from "moleculer";
 import { counterReadAtScrape, gaugeReadAtScrape } from "./metrics";
 import { startTypeScriptWorker } from "./typescript-worker";
-import { WebhookSender, type DeliveryOutcome, type DeliveryRequest, type WebhookSenderOptions } from "./webhook-sender";
+import type { DeliveryOutcome, DeliveryRequest, WebhookSender, WebhookSenderOptions } from "./webhook-sender";
 
 /** An attempt for the thread: its id, the request, and the latest start of a rate-limited one (else null). */
 export type ThreadAttempt = [number, DeliveryRequest, number | null];
@@ -200,7 +200,7 @@ const CONNECTIONS_OPENED_HELP = "Connections opened to webhook receivers; beside
  * scrape); the main thread's own are prom-client's nodejs_eventloop_lag_* metrics.
  */
 export function publishSenderMetrics(broker: ServiceBroker, sender: ThreadedWebhookSender | WebhookSender): void {
-	if (sender instanceof WebhookSender) {
+	if (!(sender instanceof ThreadedWebhookSender)) {
 		counterReadAtScrape(broker, CONNECTIONS_OPENED, CONNECTIONS_OPENED_HELP, async () => [sender.connectionsOpened]);
 		return;
 	}
