@@ -9,7 +9,13 @@ import { z } from "zod";
 import type { ServiceBroker } from "moleculer";
 import { base64Key32, cidrList, csv, duration, originList, otlpEndpoint, otlpProtocol, pemFile, port, positiveInt, schedule, wholeNumber } from "./config-fields";
 import { senderDomain } from "./email-message";
-import { MAIL_TO_FILES } from "./mail-transport";
+
+/**
+ * The SMTP_URL that asks for .eml files, e.g. in production without a mail server. Kept here, not
+ * in lib/mail-transport.ts, so that reading the configuration does not load nodemailer in every
+ * process: only the notifier sends mail.
+ */
+export const MAIL_TO_FILES = "file:";
 
 export const TRACE_SAMPLERS = ["always_on", "always_off", "traceidratio", "parentbased_always_on", "parentbased_always_off", "parentbased_traceidratio"] as const;
 

@@ -12,9 +12,7 @@ import crypto from "node:crypto";
 import nodemailer from "nodemailer";
 import SMTPTransport from "nodemailer/lib/smtp-transport";
 import type { ComposedEmail } from "./email-message";
-
-/** The SMTP_URL that asks for .eml files, e.g. in production without a mail server. */
-export const MAIL_TO_FILES = "file:";
+import { MAIL_TO_FILES } from "./config";
 
 export interface MailTransportOptions {
 	/** smtp://user:pass@host:587 or smtps://host:465; unset or MAIL_TO_FILES writes .eml files. */

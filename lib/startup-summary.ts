@@ -2,8 +2,7 @@
 // were moleculer's route table, and a newcomer had to find the web app, the API and the token
 // command in the docs.
 import path from "node:path";
-import type { AppConfig } from "./config";
-import { MAIL_TO_FILES } from "./mail-transport";
+import { MAIL_TO_FILES, type AppConfig } from "./config";
 import { tracingSettings } from "./tracing";
 
 export interface BoundPorts {
