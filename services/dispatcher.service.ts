@@ -30,7 +30,6 @@ import { MicroBatcher } from "../lib/micro-batcher";
 import { SubscriberCache } from "../lib/subscriber-cache";
 import { EndpointBreakers } from "../lib/endpoint-breaker";
 import { counter, histogram } from "../lib/metrics";
-import type { WebhookSender } from "../lib/webhook-sender";
 import { ThreadedWebhookSender, publishSenderMetrics } from "../lib/threaded-sender";
 import { BREAKER, LEASE_SAFETY_MS, MAX_INTAKE_BATCH, MAX_RESULT_BATCH, RESULT_LINGER_MS, SQLITE_INTAKE_BUSY_LINGER, TARGET_CACHE_MS, keepSigningUntil, type DispatcherThis } from "../mixins/dispatcher/shared";
 import { IntakeMixin } from "../mixins/dispatcher/intake.mixin";
@@ -162,8 +161,8 @@ const DispatcherService: ServiceSchema<ServiceSettingSchema, DispatcherThis> = {
 		if (this.config.DELIVERY_SENDER_THREADS === 0) {
 			// Loaded here only: with sender threads (the default) this thread never sends, and undici
 			// costs about 170 ms of CPU to load at every start.
-			const { WebhookSender: InProcessSender } = require("../lib/webhook-sender") as { WebhookSender: typeof WebhookSender };
-			const inProcess = new InProcessSender(senderOptions);
+			const { WebhookSender } = require("../lib/webhook-sender") as typeof import("../lib/webhook-sender");
+			const inProcess = new WebhookSender(senderOptions);
 			publishSenderMetrics(this.broker, inProcess);
 			this.sender = inProcess;
 		} else {
