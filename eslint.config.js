@@ -14,8 +14,9 @@ module.exports = tseslint.config(
 			"@typescript-eslint/no-unused-vars": ["error", { argsIgnorePattern: "^_", varsIgnorePattern: "^_", caughtErrors: "none" }],
 			// app.ts loads services lazily so that e.g. SERVICES=dispatcher skips the gateway's dependencies;
 			// lib/tracing.ts loads OpenTelemetry only when an OTLP endpoint is configured; the dispatcher
-			// loads the in-process sender (and undici) only when it has no sender threads.
-			"@typescript-eslint/no-require-imports": ["error", { allow: ["^\\./services/", "^\\./tracing-sdk$", "^\\.\\./lib/webhook-sender$"] }],
+			// loads the in-process sender (and undici) only when it has no sender threads; only a cluster
+			// node loads nats.js and the JetStream intake (moleculer.config.ts, lib/intake-channel.ts).
+			"@typescript-eslint/no-require-imports": ["error", { allow: ["^\\./services/", "^\\./tracing-sdk$", "^\\.\\./lib/webhook-sender$", "^\\./lib/intake-jetstream$", "^nats$"] }],
 		},
 	},
 	{

@@ -1,12 +1,18 @@
 // Broker options derived from the validated configuration. The same code runs embedded (no
 // transporter: all services in one process) and distributed (NATS between processes).
-import type { BrokerOptions } from "moleculer";
+import type { BrokerOptions, Middleware } from "moleculer";
 import type { AppConfig } from "./lib/config";
-import { intakeMiddlewares } from "./lib/intake-channel";
 import { ZodValidator } from "./mixins/validation";
 import { logFormatter, RequestScopeMiddleware } from "./lib/logging";
 import { replCommands } from "./lib/repl-commands";
 import { tracingMiddleware } from "./lib/tracing";
+
+/** The durable intake's middlewares, loaded with nats.js only by a cluster node. */
+function intakeMiddlewaresOf(config: AppConfig): Middleware[] {
+	if (!config.TRANSPORTER) return [];
+	const { intakeMiddlewares } = require("./lib/intake-jetstream") as typeof import("./lib/intake-jetstream");
+	return intakeMiddlewares(config);
+}
 
 export function brokerOptions(config: AppConfig, overrides: Partial<BrokerOptions> = {}): BrokerOptions {
 	const tracing = tracingMiddleware();
@@ -32,9 +38,9 @@ export function brokerOptions(config: AppConfig, overrides: Partial<BrokerOption
 		circuitBreaker: { enabled: false },
 		validator: new ZodValidator(),
 		// The request id on every log line; cluster nodes also reach the durable intake channel on
-		// JetStream (lib/intake-channel.ts); with an OTLP endpoint, the trace context rides along
+		// JetStream (lib/intake-jetstream.ts); with an OTLP endpoint, the trace context rides along
 		// calls, events and channel messages (lib/tracing.ts).
-		middlewares: [RequestScopeMiddleware, ...(config.TRANSPORTER ? intakeMiddlewares(config) : []), ...(tracing ? [tracing] : [])],
+		middlewares: [RequestScopeMiddleware, ...intakeMiddlewaresOf(config), ...(tracing ? [tracing] : [])],
 		// Operators' commands for `npm run repl` (lib/repl-commands.ts).
 		replCommands: replCommands(),
 		// server.ts handles SIGTERM and SIGINT itself, with a bound; moleculer's own handlers

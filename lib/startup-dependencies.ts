@@ -6,7 +6,6 @@
 // credentials or database name will not change its mind, so that stops at once.
 import { setTimeout as sleep } from "node:timers/promises";
 import knex from "knex";
-import { connect } from "nats";
 import { invalidConfiguration, type AppConfig } from "./config";
 
 /** Exit status for "a service this program needs is unavailable" (sysexits.h EX_UNAVAILABLE). */
@@ -58,6 +57,8 @@ function natsDependency(transporter: string): Dependency {
 		variable: "TRANSPORTER",
 		label: `NATS at ${maskedUrl(transporter)}`,
 		async probe(timeoutMs) {
+			// nats.js loads only here, in a cluster node: an embedded one never opens a connection.
+			const { connect } = require("nats") as typeof import("nats");
 			const connection = await connect({
 				servers: urls.map(url => url.host),
 				name: "startup-check",

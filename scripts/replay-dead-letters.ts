@@ -4,7 +4,8 @@
 // outage) is mended. A replayed event carries the event_id it had, so the consumer group that
 // had already persisted it sees a repeat and skips it.
 import { ConfigError, parseConfig } from "../lib/config";
-import { connectToNats, intakeNames } from "../lib/intake-channel";
+import { intakeNames } from "../lib/intake-channel";
+import { connectToNats } from "../lib/intake-jetstream";
 
 async function main(): Promise<void> {
 	const config = parseConfig(process.env);

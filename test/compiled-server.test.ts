@@ -21,7 +21,7 @@ import { startSmtpServer, type TestSmtpServer } from "./helpers/smtp-server";
 import { freePort } from "./helpers/net";
 import { describeWhere, dropTestSchema, TEST_DATABASE_URL, TEST_NATS_URL, testDatabases } from "./helpers/services";
 import { waitUntil } from "./helpers/delivery-stack";
-import { dropIntakeStreams } from "../lib/intake-channel";
+import { dropIntakeStreams } from "../lib/intake-jetstream";
 import { TASKING_ORDER_STATUS_EVENT } from "../lib/schemas/events";
 import { implicitCustomerId } from "../lib/customers";
 

@@ -2,7 +2,7 @@
 // sharing a real PostgreSQL database. The gateway node owns no data; requests cross NATS.
 import { setTimeout as sleep } from "node:timers/promises";
 import crypto from "node:crypto";
-import { dropIntakeStreams } from "../lib/intake-channel";
+import { dropIntakeStreams } from "../lib/intake-jetstream";
 import { startStack, type Stack } from "./helpers/stack";
 import { describeWhere, TEST_NATS_URL } from "./helpers/services";
 

@@ -15,7 +15,7 @@ import { ensureBuilt } from "./helpers/compiled-build";
 import { serviceCommand } from "./helpers/service-build";
 import { startNatsServer, type NatsServer } from "./helpers/nats-server";
 import { describeWhere, dropTestSchema, TEST_DATABASE_URL, TEST_NATS_URL } from "./helpers/services";
-import { dropIntakeStreams } from "../lib/intake-channel";
+import { dropIntakeStreams } from "../lib/intake-jetstream";
 
 const ROOT = path.resolve(__dirname, "..");
 const KEY = Buffer.alloc(32, 7).toString("base64");

@@ -16,7 +16,7 @@ import { REPO_ROOT } from "./helpers/role-process";
 import { freePort } from "./helpers/net";
 import { describeWhere, testDatabases, TEST_NATS_URL } from "./helpers/services";
 import { ensureDevelopmentCertificates, type DevelopmentCertificates } from "../lib/dev-certificates";
-import { dropIntakeStreams, intakeMiddlewares } from "../lib/intake-channel";
+import { dropIntakeStreams, intakeMiddlewares } from "../lib/intake-jetstream";
 import { parseConfig } from "../lib/config";
 
 const TOPIC = "tasking:order_status";

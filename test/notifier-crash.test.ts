@@ -11,7 +11,7 @@ import crypto from "node:crypto";
 import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
-import { dropIntakeStreams } from "../lib/intake-channel";
+import { dropIntakeStreams } from "../lib/intake-jetstream";
 import { startStack, type Stack } from "./helpers/stack";
 import { serviceCommand } from "./helpers/service-build";
 import { describeWhere, dropTestSchema, testDatabases, TEST_DATABASE_URL, TEST_NATS_URL, type DatabaseKind } from "./helpers/services";

@@ -10,7 +10,7 @@ import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { loadConfig } from "../lib/config";
-import { dropIntakeStreams } from "../lib/intake-channel";
+import { dropIntakeStreams } from "../lib/intake-jetstream";
 import { nextAttemptCell } from "../lib/repl-commands";
 import { mintToken } from "../lib/auth";
 import { freePort } from "./helpers/net";

@@ -86,12 +86,14 @@ describe("tracing configuration", () => {
 	});
 });
 
-describe("tracing off", () => {
-	it("loads no module of the OpenTelemetry SDK and adds no middleware, serving requests as before", async () => {
+describe("tracing off, in an embedded node", () => {
+	it("loads no module of the OpenTelemetry SDK and adds no middleware, serving requests as before; nor nats.js and the channels, which only a cluster node uses", async () => {
 		const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), "swh-tracing-off-"));
 		const script = `
 			const { createApp } = require("./app");
 			const { parseConfig, resolveSecrets } = require("./lib/config");
+			// What server.ts adds to the app before it starts: the wait for NATS and PostgreSQL.
+			require("./lib/startup-dependencies");
 			const config = parseConfig({ NODE_ENV: "test", PORT: "0", HOST: "127.0.0.1", DATA_DIR: ${JSON.stringify(dataDir)}, LOG_LEVEL: "warn" });
 			resolveSecrets(config);
 			const app = createApp(config, { broker: { logger: false } });
@@ -103,6 +105,7 @@ describe("tracing off", () => {
 					middlewares: app.broker.middlewares.list.map(middleware => middleware.name),
 					// @opentelemetry/api itself is loaded by prom-client (exemplars) whatever we do.
 					opentelemetry: Object.keys(require.cache).filter(file => (file.includes("opentelemetry") && !file.includes("/@opentelemetry/api/")) || file.includes("tracing-sdk")),
+					clusterOnly: Object.keys(require.cache).filter(file => /node_modules\\/(nats|@moleculer\\/channels)\\/|intake-jetstream/.test(file)),
 				}));
 			});
 		`;
@@ -119,6 +122,7 @@ describe("tracing off", () => {
 		expect(result.status).toBe(401);
 		expect(result.middlewares).not.toContain("OpenTelemetry");
 		expect(result.opentelemetry).toEqual([]);
+		expect(result.clusterOnly).toEqual([]);
 	}, 60_000);
 });
 

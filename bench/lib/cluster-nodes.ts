@@ -4,7 +4,8 @@
 import crypto from "node:crypto";
 import { ServiceBroker } from "moleculer";
 import { parseConfig } from "../../lib/config";
-import { intakeMiddlewares, ORDER_STATUS_CHANNEL } from "../../lib/intake-channel";
+import { ORDER_STATUS_CHANNEL } from "../../lib/intake-channel";
+import { intakeMiddlewares } from "../../lib/intake-jetstream";
 import type { ChildServer } from "./child";
 import { PROBE_MESSAGES, type ProbeFigures, type ProbeWindow } from "./event-loop-probe";
 

@@ -5,7 +5,8 @@
 import { ServiceBroker } from "moleculer";
 import { Agent } from "undici";
 import { parseConfig } from "../../lib/config";
-import { intakeMiddlewares, ORDER_STATUS_CHANNEL } from "../../lib/intake-channel";
+import { ORDER_STATUS_CHANNEL } from "../../lib/intake-channel";
+import { intakeMiddlewares } from "../../lib/intake-jetstream";
 import { orderStatusMessage } from "../../lib/schemas/deliveries";
 import { TASKING_ORDER_STATUS_TOPIC, type TaskingOrderStatusEvent } from "../../lib/schemas/events";
 import { serveUntilStopped } from "./child";
