@@ -2,6 +2,7 @@
 // transporter: all services in one process) and distributed (NATS between processes).
 import type { BrokerOptions, Middleware } from "moleculer";
 import type { AppConfig } from "./lib/config";
+import { natsServerOptions } from "./lib/connection-urls";
 import { ZodValidator } from "./mixins/validation";
 import { logFormatter, RequestScopeMiddleware } from "./lib/logging";
 import { replCommands } from "./lib/repl-commands";
@@ -19,7 +20,9 @@ export function brokerOptions(config: AppConfig, overrides: Partial<BrokerOption
 	return {
 		namespace: config.NAMESPACE,
 		nodeID: config.NODE_ID,
-		transporter: config.TRANSPORTER ? { type: "NATS", options: { url: config.TRANSPORTER } } : undefined,
+		// The servers and credentials as the intake takes them (moleculer would read the URL's
+		// credentials itself, but not percent-decode them).
+		transporter: config.TRANSPORTER ? { type: "NATS", options: natsServerOptions(config.TRANSPORTER) } : undefined,
 		logger: {
 			type: "Console",
 			// JSON lines in production; every line carries the request id of the call that caused it.

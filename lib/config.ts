@@ -45,7 +45,7 @@ export const EnvSchema = z.object({
 		.optional(),
 	NAMESPACE: z.string().default(""),
 	// How long JetStream waits for a consumer's acknowledgement before handing the event to another
-	// instance of its group. Applied when a node provisions the intake (see lib/intake-channel.ts).
+	// instance of its group. Applied when a node provisions the intake (see lib/intake-jetstream.ts).
 	INTAKE_ACK_WAIT: duration("60s"),
 	NODE_ID: z.string().optional(),
 	SERVICES: z

@@ -14,6 +14,7 @@ import { Adapters, Middleware as ChannelsMiddleware } from "@moleculer/channels"
 import type { Middleware, ServiceBroker } from "moleculer";
 import { connect, nanos, type ConsumerConfig, type JetStreamManager, type NatsConnection } from "nats";
 import { ConfigError, type AppConfig } from "./config";
+import { maskedUrl, natsServerOptions } from "./connection-urls";
 import { INTAKE_GROUPS, INTAKE_MAX_IN_FLIGHT, INTAKE_STREAM_SETTINGS, intakeDeliverSubject, intakeNames, type IntakeGroup, type IntakeNames } from "./intake-channel";
 
 /**
@@ -65,7 +66,7 @@ async function ensureConsumer(manager: JetStreamManager, stream: string, config:
 
 /** A plain NATS connection from a TRANSPORTER value (one or more comma-separated nats:// URLs). */
 export function connectToNats(natsUrl: string, name: string): Promise<NatsConnection> {
-	return connect({ servers: natsUrl.split(",").map(server => new URL(server).host), name });
+	return connect({ ...natsServerOptions(natsUrl), name });
 }
 
 /** Removes the intake's streams of a namespace (throw-away namespaces of tests and benchmarks). */
@@ -88,7 +89,7 @@ export async function provisionIntake(natsUrl: string, config: AppConfig): Promi
 		connection = await connectToNats(natsUrl, "intake-provisioning");
 		const manager = await connection.jetstreamManager().catch(err => {
 			// nats.js answers a server without JetStream with a bare "503".
-			if ((err as { code?: string }).code === "503") throw new ConfigError(`Invalid configuration: TRANSPORTER: the NATS server at ${natsUrl} has no JetStream; start it with -js`);
+			if ((err as { code?: string }).code === "503") throw new ConfigError(`Invalid configuration: TRANSPORTER: the NATS server at ${maskedUrl(natsUrl)} has no JetStream; start it with -js`);
 			throw err;
 		});
 		await ensureStream(manager, names.stream, names.subject);
@@ -142,9 +143,10 @@ export function intakeMiddlewares(config: AppConfig): Middleware[] {
 	const channels = ChannelsMiddleware({
 		adapter: new IntakeNatsAdapter({
 			nats: {
-				url: natsUrl,
+				// The servers and credentials as options: the adapter, given a URL, would keep only its
+				// host and port, and a NATS server that wants a password would refuse the intake.
 				// Never give up reconnecting: a closed client would silently stop the intake.
-				connectionOptions: { maxReconnectAttempts: -1, reconnectTimeWait: 1_000 },
+				connectionOptions: { ...natsServerOptions(natsUrl), maxReconnectAttempts: -1, reconnectTimeWait: 1_000 },
 			},
 		} as unknown as ConstructorParameters<typeof IntakeNatsAdapter>[0]),
 	} as unknown as Parameters<typeof ChannelsMiddleware>[0]) as unknown as Middleware;

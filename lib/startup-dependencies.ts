@@ -7,6 +7,7 @@
 import { setTimeout as sleep } from "node:timers/promises";
 import knex from "knex";
 import { invalidConfiguration, type AppConfig } from "./config";
+import { maskedUrl, natsServerOptions } from "./connection-urls";
 
 /** Exit status for "a service this program needs is unavailable" (sysexits.h EX_UNAVAILABLE). */
 export const EXIT_UNAVAILABLE = 69;
@@ -23,22 +24,6 @@ export class DependencyUnavailableError extends Error {
 	}
 }
 
-/** A URL (or a comma-separated list of them) safe to print: any password becomes "***". */
-export function maskedUrl(text: string): string {
-	return text
-		.split(",")
-		.map(part => {
-			try {
-				const url = new URL(part.trim());
-				if (url.password) url.password = "***";
-				return url.toString().replace(/\/$/, "");
-			} catch {
-				return "(not a URL)";
-			}
-		})
-		.join(",");
-}
-
 interface Dependency {
 	variable: "TRANSPORTER" | "DATABASE_URL";
 	/** "NATS at nats://127.0.0.1:4222" */
@@ -50,22 +35,13 @@ interface Dependency {
 }
 
 function natsDependency(transporter: string): Dependency {
-	const urls = transporter.split(",").map(server => new URL(server.trim()));
-	// nats.js takes the credentials as options, not from the server URLs.
-	const withCredentials = urls.find(url => url.username);
 	return {
 		variable: "TRANSPORTER",
 		label: `NATS at ${maskedUrl(transporter)}`,
 		async probe(timeoutMs) {
 			// nats.js loads only here, in a cluster node: an embedded one never opens a connection.
 			const { connect } = require("nats") as typeof import("nats");
-			const connection = await connect({
-				servers: urls.map(url => url.host),
-				name: "startup-check",
-				timeout: timeoutMs,
-				reconnect: false,
-				...(withCredentials ? { user: decodeURIComponent(withCredentials.username), pass: decodeURIComponent(withCredentials.password) } : {}),
-			});
+			const connection = await connect({ ...natsServerOptions(transporter), name: "startup-check", timeout: timeoutMs, reconnect: false });
 			await connection.close();
 		},
 		refusal(err) {

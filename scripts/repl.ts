@@ -9,6 +9,7 @@
 import net from "node:net";
 import os from "node:os";
 import { ConfigError, loadConfig, parseConfig, type AppConfig } from "../lib/config";
+import { maskedUrl } from "../lib/connection-urls";
 import { createApp } from "../app";
 
 function portInUse(port: number, host: string): Promise<boolean> {
@@ -37,7 +38,7 @@ async function joinCluster(env: NodeJS.ProcessEnv): Promise<void> {
 	// A node of its own: no service, so no database, no secrets and no ops endpoints.
 	const node = createApp({ ...config, SERVICES: [], NODE_ID: config.NODE_ID ?? `repl-${os.hostname()}-${process.pid}` });
 	await node.start();
-	process.stdout.write(`Joined the cluster at ${config.TRANSPORTER}${config.NAMESPACE ? ` (namespace ${config.NAMESPACE})` : ""} as ${node.broker.nodeID}, running no service. Type "help" for the commands.\n`);
+	process.stdout.write(`Joined the cluster at ${maskedUrl(config.TRANSPORTER!)}${config.NAMESPACE ? ` (namespace ${config.NAMESPACE})` : ""} as ${node.broker.nodeID}, running no service. Type "help" for the commands.\n`);
 	node.broker.repl();
 }
 

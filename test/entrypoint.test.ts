@@ -347,6 +347,27 @@ describe("the server process", () => {
 			return { running, opsPort };
 		}
 
+		it("joins a NATS server that wants a user and password, given percent-encoded in TRANSPORTER's URL, and never prints the password", async () => {
+			nats = await startNatsServer();
+			await nats.stop();
+			const password = "p@ss:w/rd%";
+			await nats.start(["--user", "webhooks", "--pass", password]);
+			// The start-up check, the transporter, the intake's provisioning and its channel adapter
+			// each open a connection of their own: every one of them must log in.
+			const { running, opsPort } = await startNode("topics", "entry-auth", { TRANSPORTER: `nats://webhooks:${encodeURIComponent(password)}@127.0.0.1:${nats.port}` });
+			try {
+				const up = await waitForHealth(running, opsPort, 200);
+				expect(up.checks).toMatchObject({ transporter: { ok: true }, intake: { ok: true } });
+				expect(running.output()).toContain("Durable intake ready");
+				expect(running.output()).not.toMatch(/Authorization Violation/i);
+				expect(running.output()).not.toContain(encodeURIComponent(password));
+				expect(running.output()).not.toContain(password);
+			} finally {
+				running.child.kill("SIGTERM");
+				await exitWithin(running, 30_000);
+			}
+		});
+
 		it("waits at start-up for a NATS server that comes up within STARTUP_CONNECT_TIMEOUT", async () => {
 			nats = await startNatsServer();
 			await nats.stop();
