@@ -43,7 +43,13 @@ export const EnvSchema = z.object({
 		.string()
 		.regex(/^nats:\/\//, "must be a nats:// URL")
 		.optional(),
-	NAMESPACE: z.string().default(""),
+	// A NATS subject token and part of JetStream's stream names: a space, "*", ">" or "/" there made
+	// the intake's provisioning fail at start-up with a message that named no variable.
+	NAMESPACE: z
+		.string()
+		.regex(/^$|^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$/, "must be letters, digits, - and _, in parts joined by single dots")
+		.max(64, "must be at most 64 characters")
+		.default(""),
 	// How long JetStream waits for a consumer's acknowledgement before handing the event to another
 	// instance of its group. Applied when a node provisions the intake (see lib/intake-jetstream.ts).
 	INTAKE_ACK_WAIT: duration("60s"),

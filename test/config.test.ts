@@ -149,6 +149,14 @@ describe("configuration", () => {
 		expect(parseConfig({ SERVICES: " dispatcher , notifier " }).SERVICES).toEqual(["dispatcher", "notifier"]);
 	});
 
+	it.each(["prod env", "a*b", "a>b", "x/y", ".leading", "trailing.", "a..b", "n".repeat(65)])("refuses NAMESPACE %j, which NATS subjects or JetStream stream names cannot hold", namespace => {
+		expect(configError({ NAMESPACE: namespace })).toMatch(/^\s*NAMESPACE: must be /m);
+	});
+
+	it.each(["", "prod", "team-a.prod_2"])("accepts NAMESPACE %j", namespace => {
+		expect(parseConfig({ NAMESPACE: namespace }).NAMESPACE).toBe(namespace);
+	});
+
 	it("names every bad variable at once", () => {
 		const message = configError({ PORT: "x", DATABASE_URL: "sqlite://x", SERVICES: "nope", DATA_DIR: newDataDir() });
 		for (const name of ["PORT", "DATABASE_URL", "SERVICES"]) expect(message).toMatch(new RegExp(`^\\s*${name}: `, "m"));
