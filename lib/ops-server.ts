@@ -9,7 +9,7 @@ import type { ServiceBroker } from "moleculer";
 import { metricsOf } from "./metrics";
 import { answersWithin, natsClientsOf } from "./nats-clients";
 import { configOf, listenError } from "./config";
-import { createTokenVerifier, type TokenVerifier } from "./auth";
+import type { TokenVerifier } from "./auth";
 
 export interface HealthReport {
 	status: "ok" | "unavailable";
@@ -94,6 +94,9 @@ export async function startOpsServer(broker: ServiceBroker, port: number, host: 
 	let verifier: TokenVerifier | undefined;
 	const tokenVerifier = () => {
 		try {
+			// Loaded on the first remote caller with a token: a dispatcher or notifier otherwise never
+			// verifies one, and jose and the auth module cost it about 55 ms of CPU at every start.
+			const { createTokenVerifier } = require("./auth") as typeof import("./auth");
 			verifier ??= createTokenVerifier(configOf(broker));
 		} catch {
 			// No token configuration in this process: only loopback callers see details.
