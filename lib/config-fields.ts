@@ -95,6 +95,25 @@ export const base64Key32 = z
 	.string()
 	.refine(text => Buffer.from(text, "base64").length === 32, "must be base64 of exactly 32 bytes");
 
+/** A nats:// server's URL with a host, and a port in range if it has one. */
+function isNatsServer(text: string): boolean {
+	try {
+		const url = new URL(text);
+		return url.protocol === "nats:" && url.hostname !== "";
+	} catch {
+		return false;
+	}
+}
+
+// Checked whole at start-up: a bad entry was otherwise waited on for STARTUP_CONNECT_TIMEOUT and
+// reported as a NATS server that did not answer (exit 69), and an http:// entry was taken for a
+// NATS server. The text stays as given (the clients read it, lib/connection-urls.ts); no entry is
+// echoed, since it may hold a password.
+export const natsServerList = z.string().superRefine((text, ctx) => {
+	const bad = text.split(",").findIndex(part => !isNatsServer(part.trim()));
+	if (bad >= 0) ctx.addIssue({ code: "custom", message: `must be nats://host:port, or several such URLs comma-separated (entry ${bad + 1} is not)` });
+});
+
 /** "*" or a bare origin: scheme, host and port, no path. */
 function isOrigin(text: string): boolean {
 	if (text === "*") return true;

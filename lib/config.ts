@@ -7,7 +7,7 @@ import path from "node:path";
 import crypto from "node:crypto";
 import { z } from "zod";
 import type { ServiceBroker } from "moleculer";
-import { base64Key32, cidrList, csv, duration, originList, otlpEndpoint, otlpProtocol, pemFile, port, positiveInt, schedule, wholeNumber } from "./config-fields";
+import { base64Key32, cidrList, csv, duration, natsServerList, originList, otlpEndpoint, otlpProtocol, pemFile, port, positiveInt, schedule, wholeNumber } from "./config-fields";
 import { senderDomain } from "./email-message";
 
 /**
@@ -39,10 +39,7 @@ export const EnvSchema = z.object({
 		.string()
 		.regex(/^[a-z_][a-z0-9_]{0,62}$/, "must be a lower-case SQL identifier")
 		.optional(),
-	TRANSPORTER: z
-		.string()
-		.regex(/^nats:\/\//, "must be a nats:// URL")
-		.optional(),
+	TRANSPORTER: natsServerList.optional(),
 	// A NATS subject token and part of JetStream's stream names: a space, "*", ">" or "/" there made
 	// the intake's provisioning fail at start-up with a message that named no variable.
 	NAMESPACE: z

@@ -149,6 +149,18 @@ describe("configuration", () => {
 		expect(parseConfig({ SERVICES: " dispatcher , notifier " }).SERVICES).toEqual(["dispatcher", "notifier"]);
 	});
 
+	it.each(["nats://bad host:4222", "nats://127.0.0.1:99999", "nats://", "http://127.0.0.1:4222", "nats://127.0.0.1:4222,http://127.0.0.1:4223", "nats://127.0.0.1:4222,"])("refuses TRANSPORTER %j at once, instead of waiting for a server it cannot name", transporter => {
+		expect(configError({ TRANSPORTER: transporter })).toMatch(/^\s*TRANSPORTER: must be nats:\/\/host:port, or several such URLs comma-separated \(entry \d is not\)$/m);
+	});
+
+	it("never echoes a refused TRANSPORTER, which may hold a password", () => {
+		expect(configError({ TRANSPORTER: "nats://user:s3cret@bad host:4222" })).not.toContain("s3cret");
+	});
+
+	it.each(["nats://127.0.0.1:4222", "nats://nats", "nats://a:4222, nats://user:p%40ss@b:4222"])("accepts TRANSPORTER %j", transporter => {
+		expect(parseConfig({ TRANSPORTER: transporter }).TRANSPORTER).toBe(transporter);
+	});
+
 	it.each(["prod env", "a*b", "a>b", "x/y", ".leading", "trailing.", "a..b", "n".repeat(65)])("refuses NAMESPACE %j, which NATS subjects or JetStream stream names cannot hold", namespace => {
 		expect(configError({ NAMESPACE: namespace })).toMatch(/^\s*NAMESPACE: must be /m);
 	});
