@@ -114,6 +114,19 @@ export const natsServerList = z.string().superRefine((text, ctx) => {
 	if (bad >= 0) ctx.addIssue({ code: "custom", message: `must be nats://host:port, or several such URLs comma-separated (entry ${bad + 1} is not)` });
 });
 
+/**
+ * A postgres:// (or postgresql://) URL that parses: a host with a space or a port out of range
+ * was otherwise waited on like a server that does not answer. The host may be empty, as in
+ * postgres:///db?host=/var/run/postgresql (a Unix socket). Never echoed: it may hold a password.
+ */
+export const postgresUrl = z.string().refine(text => {
+	try {
+		return ["postgres:", "postgresql:"].includes(new URL(text).protocol);
+	} catch {
+		return false;
+	}
+}, "must be a postgres://user:password@host:port/database URL");
+
 /** "*" or a bare origin: scheme, host and port, no path. */
 function isOrigin(text: string): boolean {
 	if (text === "*") return true;

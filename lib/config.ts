@@ -7,7 +7,7 @@ import path from "node:path";
 import crypto from "node:crypto";
 import { z } from "zod";
 import type { ServiceBroker } from "moleculer";
-import { base64Key32, cidrList, csv, duration, natsServerList, originList, otlpEndpoint, otlpProtocol, pemFile, port, positiveInt, schedule, wholeNumber } from "./config-fields";
+import { base64Key32, cidrList, csv, duration, natsServerList, originList, otlpEndpoint, otlpProtocol, pemFile, port, positiveInt, postgresUrl, schedule, wholeNumber } from "./config-fields";
 import { senderDomain } from "./email-message";
 
 /**
@@ -31,10 +31,7 @@ export const EnvSchema = z.object({
 	// in production and in the image.
 	HOST: z.string().optional(),
 	DATA_DIR: z.string().default("./data"),
-	DATABASE_URL: z
-		.string()
-		.regex(/^postgres(ql)?:\/\//, "must be a postgres:// URL")
-		.optional(),
+	DATABASE_URL: postgresUrl.optional(),
 	DATABASE_SCHEMA: z
 		.string()
 		.regex(/^[a-z_][a-z0-9_]{0,62}$/, "must be a lower-case SQL identifier")

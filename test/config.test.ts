@@ -161,6 +161,14 @@ describe("configuration", () => {
 		expect(parseConfig({ TRANSPORTER: transporter }).TRANSPORTER).toBe(transporter);
 	});
 
+	it.each(["postgres://bad host/db", "postgres://127.0.0.1:99999/test", "mysql://127.0.0.1/test", "127.0.0.1:5432"])("refuses DATABASE_URL %j at once", databaseUrl => {
+		expect(configError({ DATABASE_URL: databaseUrl })).toMatch(/^\s*DATABASE_URL: must be a postgres:\/\/user:password@host:port\/database URL$/m);
+	});
+
+	it.each(["postgres://postgres@127.0.0.1:5432/test", "postgresql://u:p%40ss@db/app?sslmode=require", "postgres:///app?host=/var/run/postgresql"])("accepts DATABASE_URL %j", databaseUrl => {
+		expect(parseConfig({ DATABASE_URL: databaseUrl }).DATABASE_URL).toBe(databaseUrl);
+	});
+
 	it.each(["prod env", "a*b", "a>b", "x/y", ".leading", "trailing.", "a..b", "n".repeat(65)])("refuses NAMESPACE %j, which NATS subjects or JetStream stream names cannot hold", namespace => {
 		expect(configError({ NAMESPACE: namespace })).toMatch(/^\s*NAMESPACE: must be /m);
 	});
