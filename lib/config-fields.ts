@@ -95,15 +95,17 @@ export const base64Key32 = z
 	.string()
 	.refine(text => Buffer.from(text, "base64").length === 32, "must be base64 of exactly 32 bytes");
 
-/** A nats:// server's URL with a host, and a port in range if it has one. */
-function isNatsServer(text: string): boolean {
+/** `text` as a URL, when it parses as one (a port in range, no space in the host) of these schemes. */
+function urlOf(text: string, protocols: string[]): URL | undefined {
 	try {
 		const url = new URL(text);
-		return url.protocol === "nats:" && url.hostname !== "";
+		return protocols.includes(url.protocol) ? url : undefined;
 	} catch {
-		return false;
+		return undefined;
 	}
 }
+
+const isNatsServer = (text: string) => Boolean(urlOf(text, ["nats:"])?.hostname);
 
 // Checked whole at start-up: a bad entry was otherwise waited on for STARTUP_CONNECT_TIMEOUT and
 // reported as a NATS server that did not answer (exit 69), and an http:// entry was taken for a
@@ -119,13 +121,14 @@ export const natsServerList = z.string().superRefine((text, ctx) => {
  * was otherwise waited on like a server that does not answer. The host may be empty, as in
  * postgres:///db?host=/var/run/postgresql (a Unix socket). Never echoed: it may hold a password.
  */
-export const postgresUrl = z.string().refine(text => {
-	try {
-		return ["postgres:", "postgresql:"].includes(new URL(text).protocol);
-	} catch {
-		return false;
-	}
-}, "must be a postgres://user:password@host:port/database URL");
+export const postgresUrl = z.string().refine(text => urlOf(text, ["postgres:", "postgresql:"]) !== undefined, "must be a postgres://user:password@host:port/database URL");
+
+/**
+ * An smtp:// or smtps:// URL with a host, and a port in range if it has one: checked at start-up,
+ * since a notifier with a server it cannot reach fails each email's attempts until their retries
+ * are spent.
+ */
+export const isSmtpServer = (text: string) => Boolean(urlOf(text, ["smtp:", "smtps:"])?.hostname);
 
 /** "*" or a bare origin: scheme, host and port, no path. */
 function isOrigin(text: string): boolean {

@@ -7,7 +7,7 @@ import path from "node:path";
 import crypto from "node:crypto";
 import { z } from "zod";
 import type { ServiceBroker } from "moleculer";
-import { base64Key32, cidrList, csv, duration, natsServerList, originList, otlpEndpoint, otlpProtocol, pemFile, port, positiveInt, postgresUrl, schedule, wholeNumber } from "./config-fields";
+import { base64Key32, cidrList, csv, duration, isSmtpServer, natsServerList, originList, otlpEndpoint, otlpProtocol, pemFile, port, positiveInt, postgresUrl, schedule, wholeNumber } from "./config-fields";
 import { senderDomain } from "./email-message";
 
 /**
@@ -100,7 +100,7 @@ export const EnvSchema = z.object({
 	// `file:` chooses the .eml files of the embedded default explicitly (production demands a choice).
 	SMTP_URL: z
 		.string()
-		.refine(text => /^smtps?:\/\//.test(text) || text === MAIL_TO_FILES, `must be an smtp:// or smtps:// URL, or ${MAIL_TO_FILES} for .eml files under DATA_DIR/mail`)
+		.refine(text => text === MAIL_TO_FILES || isSmtpServer(text), `must be an smtp:// or smtps:// URL with a host, or ${MAIL_TO_FILES} for .eml files under DATA_DIR/mail`)
 		.optional(),
 	MAIL_FROM: z
 		.string()

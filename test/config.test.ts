@@ -119,7 +119,7 @@ describe("configuration", () => {
 		// As plain as the durations, where zod alone said "expected number, received NaN".
 		expect(configError({ PORT: "abc", DATA_DIR: dataDir })).toMatch(/^ {2}PORT: "abc" is not a whole number from 0 to 65535 \(0 picks a free port\)$/m);
 		expect(configError({ MAIL_CONCURRENCY: "0", DATA_DIR: dataDir })).toMatch(/^ {2}MAIL_CONCURRENCY: "0" is not a whole number of at least 1$/m);
-		expect(configError({ SMTP_URL: "file:///var/mail", DATA_DIR: dataDir })).toMatch(/SMTP_URL: must be an smtp:\/\/ or smtps:\/\/ URL, or file: for \.eml files under DATA_DIR\/mail/);
+		expect(configError({ SMTP_URL: "file:///var/mail", DATA_DIR: dataDir })).toMatch(/SMTP_URL: must be an smtp:\/\/ or smtps:\/\/ URL with a host, or file: for \.eml files under DATA_DIR\/mail/);
 		expect(parseConfig({ PORT: " 8080 ", OPS_PORT: "0", STARTUP_CONNECT_TIMEOUT: "2s" })).toMatchObject({ PORT: 8080, OPS_PORT: 0, STARTUP_CONNECT_TIMEOUT: 2_000 });
 	});
 
@@ -167,6 +167,10 @@ describe("configuration", () => {
 
 	it.each(["postgres://postgres@127.0.0.1:5432/test", "postgresql://u:p%40ss@db/app?sslmode=require", "postgres:///app?host=/var/run/postgresql"])("accepts DATABASE_URL %j", databaseUrl => {
 		expect(parseConfig({ DATABASE_URL: databaseUrl }).DATABASE_URL).toBe(databaseUrl);
+	});
+
+	it.each(["smtp://bad host:25", "smtp://127.0.0.1:99999", "smtp://", "http://mail.example.com"])("refuses SMTP_URL %j at once, instead of failing every email's attempts", smtpUrl => {
+		expect(configError({ SMTP_URL: smtpUrl })).toMatch(/^\s*SMTP_URL: must be an smtp:\/\/ or smtps:\/\/ URL with a host/m);
 	});
 
 	it.each(["prod env", "a*b", "a>b", "x/y", ".leading", "trailing.", "a..b", "n".repeat(65)])("refuses NAMESPACE %j, which NATS subjects or JetStream stream names cannot hold", namespace => {
