@@ -130,6 +130,13 @@ export const postgresUrl = z.string().refine(text => urlOf(text, ["postgres:", "
  */
 export const isSmtpServer = (text: string) => Boolean(urlOf(text, ["smtp:", "smtps:"])?.hostname);
 
+/**
+ * An http:// or https:// URL with a host, for the addresses the service fetches (AUTH_JWKS_URL,
+ * OIDC_ISSUER) or writes into links (PUBLIC_BASE_URL, MAIL_PREFERENCES_URL): zod's url() also
+ * takes ftp: or javascript:, which would fail at the first fetch or land in an email's link.
+ */
+export const httpUrl = z.string().refine(text => Boolean(urlOf(text, ["http:", "https:"])?.hostname), "must be an http:// or https:// URL");
+
 /** "*" or a bare origin: scheme, host and port, no path. */
 function isOrigin(text: string): boolean {
 	if (text === "*") return true;

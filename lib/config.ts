@@ -7,7 +7,7 @@ import path from "node:path";
 import crypto from "node:crypto";
 import { z } from "zod";
 import type { ServiceBroker } from "moleculer";
-import { base64Key32, cidrList, csv, duration, isSmtpServer, natsServerList, originList, otlpEndpoint, otlpProtocol, pemFile, port, positiveInt, postgresUrl, schedule, wholeNumber } from "./config-fields";
+import { base64Key32, cidrList, csv, duration, httpUrl, isSmtpServer, natsServerList, originList, otlpEndpoint, otlpProtocol, pemFile, port, positiveInt, postgresUrl, schedule, wholeNumber } from "./config-fields";
 import { senderDomain } from "./email-message";
 
 /**
@@ -67,7 +67,7 @@ export const EnvSchema = z.object({
 	LOG_LEVEL: z.enum(["fatal", "error", "warn", "info", "debug", "trace"]).default("info"),
 
 	AUTH_JWT_SECRET: z.string().min(32, "must be at least 32 characters").optional(),
-	AUTH_JWKS_URL: z.string().url().optional(),
+	AUTH_JWKS_URL: httpUrl.optional(),
 	AUTH_ISSUER: z.string().optional(),
 	AUTH_AUDIENCE: z.string().optional(),
 	AUTH_ALGORITHMS: csv,
@@ -81,7 +81,7 @@ export const EnvSchema = z.object({
 	// The longest token lifetime accepted: exp at most this far past iat (or past now without iat).
 	AUTH_MAX_TOKEN_AGE: duration("24h"),
 	// The web application's sign-in. Without OIDC_ISSUER it asks for a token (`npm run token`).
-	OIDC_ISSUER: z.string().url().optional(),
+	OIDC_ISSUER: httpUrl.optional(),
 	OIDC_CLIENT_ID: z.string().min(1).max(200).optional(),
 	OIDC_SCOPE: z.string().default("openid profile email"),
 
@@ -90,7 +90,7 @@ export const EnvSchema = z.object({
 	// Counted before authentication, so bad tokens count too. Unset: twice RATE_LIMIT_PER_MINUTE.
 	RATE_LIMIT_PER_ADDRESS_PER_MINUTE: wholeNumber({ min: 1 }).optional(),
 	CORS_ORIGINS: originList,
-	PUBLIC_BASE_URL: z.string().url().optional(),
+	PUBLIC_BASE_URL: httpUrl.optional(),
 	// Slow clients (slowloris): how long the gateway waits for a request's headers, and for the
 	// whole request, and how many connections one client address may hold open (0: no cap).
 	HTTP_HEADERS_TIMEOUT: duration("15s"),
@@ -111,7 +111,7 @@ export const EnvSchema = z.object({
 	MAIL_RETRY_SCHEDULE: schedule("30s,2m,10m,30m,2h"),
 	UNSUBSCRIBE_TOKEN_TTL: duration("30d"),
 	SMTP_CA_FILE: pemFile.optional(),
-	MAIL_PREFERENCES_URL: z.string().url().optional(),
+	MAIL_PREFERENCES_URL: httpUrl.optional(),
 	MAIL_CONCURRENCY: positiveInt(4),
 	MAIL_POLL_INTERVAL: duration("1s"),
 	MAIL_LEASE: duration("60s"),

@@ -173,6 +173,15 @@ describe("configuration", () => {
 		expect(configError({ SMTP_URL: smtpUrl })).toMatch(/^\s*SMTP_URL: must be an smtp:\/\/ or smtps:\/\/ URL with a host/m);
 	});
 
+	it.each([
+		["AUTH_JWKS_URL", "ftp://idp.example.com/jwks"],
+		["PUBLIC_BASE_URL", "javascript:alert(1)"],
+		["MAIL_PREFERENCES_URL", "mailto:ops@example.com"],
+		["PUBLIC_BASE_URL", "not a url"],
+	])("refuses %s=%j: the service fetches it or writes it into links, so it must be http:// or https://", (variable, value) => {
+		expect(configError({ [variable]: value })).toMatch(new RegExp(`^\\s*${variable}: must be an http:// or https:// URL$`, "m"));
+	});
+
 	it.each(["prod env", "a*b", "a>b", "x/y", ".leading", "trailing.", "a..b", "n".repeat(65)])("refuses NAMESPACE %j, which NATS subjects or JetStream stream names cannot hold", namespace => {
 		expect(configError({ NAMESPACE: namespace })).toMatch(/^\s*NAMESPACE: must be /m);
 	});
