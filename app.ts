@@ -38,14 +38,14 @@ export interface AppOptions {
  * moleculer-web only logs a listen error and its start never settles, which left a process with
  * no API running the other services. This rejects instead, so that start-up stops.
  */
-function gatewayListenFailure(broker: ServiceBroker, port: number): Promise<never> {
+function gatewayListenFailure(broker: ServiceBroker, port: number, host: string): Promise<never> {
 	return new Promise((_resolve, reject) => {
 		const server = (broker.getLocalService("api") as unknown as { server?: http.Server } | undefined)?.server;
 		if (!server) return;
 		// moleculer-web's own listener logs a stack trace and nothing else.
 		server.removeAllListeners("error");
 		server.on("error", err => {
-			if (!server.listening) reject(listenError("PORT", port, err));
+			if (!server.listening) reject(listenError("PORT", port, host, err));
 			else broker.logger.error(`Gateway server error: ${err.message}`);
 		});
 	});
@@ -64,7 +64,7 @@ export function createApp(config: AppConfig, options: AppOptions = {}): App {
 		async start() {
 			// Bound first: a busy OPS_PORT stops the process before it joins the cluster.
 			if (options.ops) app.opsServer = await startOpsServer(broker, config.OPS_PORT, config.HOST);
-			await Promise.race([broker.start(), gatewayListenFailure(broker, config.PORT)]);
+			await Promise.race([broker.start(), gatewayListenFailure(broker, config.PORT, config.HOST)]);
 			if (options.ops) enableProcessMetrics(broker);
 			const port = app.apiPort();
 			if (port !== undefined) config.boundBaseUrl = `http://localhost:${port}`;

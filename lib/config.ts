@@ -319,7 +319,11 @@ export function resolveSecrets(config: AppConfig): string[] {
 }
 
 /** A busy or forbidden port, named by its variable, as a configuration error (exit 78). */
-export function listenError(variable: string, port: number, err: NodeJS.ErrnoException): ConfigError {
+export function listenError(variable: string, port: number, host: string, err: NodeJS.ErrnoException): ConfigError {
+	// The port is not at fault when the address is not this machine's (or not an address at all).
+	if (err.code === "EADDRNOTAVAIL" || err.code === "ENOTFOUND" || err.code === "EAI_AGAIN") {
+		return new ConfigError(`Invalid configuration: HOST: ${host} is not an address of this machine (${err.code}); use one of its addresses, 127.0.0.1, or 0.0.0.0 for every interface`);
+	}
 	const why = err.code === "EADDRINUSE" ? "is already in use by another process" : err.code === "EACCES" ? "may not be bound by this user" : `cannot be bound (${err.code ?? err.message})`;
 	return new ConfigError(`Invalid configuration: ${variable}: port ${port} ${why}; stop what holds it or choose another ${variable}`);
 }

@@ -125,7 +125,7 @@ export async function startOpsServer(broker: ServiceBroker, port: number, host: 
 		});
 	});
 	await new Promise<void>((resolve, reject) => {
-		server.once("error", err => reject(listenError("OPS_PORT", port, err)));
+		server.once("error", err => reject(listenError("OPS_PORT", port, host, err)));
 		server.listen(port, host, resolve);
 	});
 	broker.logger.info(`Ops endpoints (/health, /metrics) on port ${(server.address() as AddressInfo).port}`);

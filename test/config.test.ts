@@ -343,6 +343,14 @@ describe("configuration", () => {
 			expect(fs.readdirSync(dataDir)).toEqual([]);
 		});
 
+		it("exits 78 naming HOST, not the port, when HOST is not an address of this machine", async () => {
+			// 203.0.113.0/24 is TEST-NET-3: documentation only, never a local address.
+			const result = await runServer({ DATA_DIR: newDataDir(), HOST: "203.0.113.7", PORT: "0", OPS_PORT: "0" });
+			expect(result.code).toBe(78);
+			expect(result.stderr).toContain("Invalid configuration: HOST: 203.0.113.7 is not an address of this machine (EADDRNOTAVAIL)");
+			expect(result.stderr).not.toMatch(/PORT: port/);
+		});
+
 		it("exits 78 in production without secrets, naming them", async () => {
 			const result = await runServer({ NODE_ENV: "production", DATA_DIR: newDataDir() });
 			expect(result.code).toBe(78);
