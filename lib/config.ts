@@ -19,6 +19,8 @@ export const MAIL_TO_FILES = "file:";
 
 export const TRACE_SAMPLERS = ["always_on", "always_off", "traceidratio", "parentbased_always_on", "parentbased_always_off", "parentbased_traceidratio"] as const;
 
+/** The NODE_ENV values that say what they mean; any other runs as development, with a warning. */
+const KNOWN_NODE_ENVS = ["development", "production", "test"];
 export const ALL_SERVICES = ["api", "topics", "webhooks", "users", "dispatcher", "notifier"] as const;
 export type ServiceName = (typeof ALL_SERVICES)[number];
 
@@ -339,6 +341,10 @@ export function loadConfig(env: NodeJS.ProcessEnv | Env = process.env): { config
 	if (!config || problems.length) throw invalidConfiguration(problems);
 	const generated = resolveSecrets(config);
 	const warnings = generated.length ? [`Using secrets kept under DATA_DIR, not for production: ${generated.join(", ")}`] : [];
+	// Only "production" is strict: NODE_ENV=prod or staging runs like a laptop's npm start.
+	if (!KNOWN_NODE_ENVS.includes(config.NODE_ENV)) {
+		warnings.push(`NODE_ENV=${config.NODE_ENV} is not production: this node runs as in development (secrets may be generated, loopback only unless HOST says otherwise); a deployment sets NODE_ENV=production`);
+	}
 	return { config, warnings };
 }
 

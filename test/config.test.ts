@@ -182,6 +182,16 @@ describe("configuration", () => {
 		expect(configError({ [variable]: value })).toMatch(new RegExp(`^\\s*${variable}: must be an http:// or https:// URL$`, "m"));
 	});
 
+	it.each(["prod", "staging"])("warns that NODE_ENV=%s runs as development, where only production is strict", nodeEnv => {
+		const { config, warnings } = loadConfig({ NODE_ENV: nodeEnv, DATA_DIR: newDataDir() });
+		expect(config.production).toBe(false);
+		expect(warnings).toContainEqual(expect.stringMatching(new RegExp(`^NODE_ENV=${nodeEnv} is not production: this node runs as in development`)));
+	});
+
+	it.each(["development", "test"])("gives no NODE_ENV warning for %s", nodeEnv => {
+		expect(loadConfig({ NODE_ENV: nodeEnv, DATA_DIR: newDataDir() }).warnings.filter(warning => warning.startsWith("NODE_ENV="))).toEqual([]);
+	});
+
 	it.each(["prod env", "a*b", "a>b", "x/y", ".leading", "trailing.", "a..b", "n".repeat(65)])("refuses NAMESPACE %j, which NATS subjects or JetStream stream names cannot hold", namespace => {
 		expect(configError({ NAMESPACE: namespace })).toMatch(/^\s*NAMESPACE: must be /m);
 	});
