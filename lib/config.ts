@@ -21,6 +21,7 @@ export const TRACE_SAMPLERS = ["always_on", "always_off", "traceidratio", "paren
 
 /** The NODE_ENV values that say what they mean; any other runs as development, with a warning. */
 const KNOWN_NODE_ENVS = ["development", "production", "test"];
+
 export const ALL_SERVICES = ["api", "topics", "webhooks", "users", "dispatcher", "notifier"] as const;
 export type ServiceName = (typeof ALL_SERVICES)[number];
 
