@@ -20,9 +20,9 @@ export function brokerOptions(config: AppConfig, overrides: Partial<BrokerOption
 	return {
 		namespace: config.NAMESPACE,
 		nodeID: config.NODE_ID,
-		// The servers and credentials as the intake takes them (moleculer would read the URL's
+		// The servers, credentials and TLS as the intake takes them (moleculer would read the URL's
 		// credentials itself, but not percent-decode them).
-		transporter: config.TRANSPORTER ? { type: "NATS", options: natsServerOptions(config.TRANSPORTER) } : undefined,
+		transporter: config.TRANSPORTER ? { type: "NATS", options: natsServerOptions(config.TRANSPORTER, config) } : undefined,
 		logger: {
 			type: "Console",
 			// JSON lines in production; every line carries the request id of the call that caused it.

@@ -79,17 +79,22 @@ export const cidrList = csv.superRefine((cidrs, ctx) => {
 });
 
 // Read at start-up, so that a wrong path stops the process with the variable's name rather than
-// failing the first delivery or email with a stack trace.
-export const pemFile = z.string().superRefine((file, ctx) => {
-	let pem: string;
-	try {
-		pem = fs.readFileSync(file, "utf8");
-	} catch (err) {
-		ctx.addIssue({ code: "custom", message: `cannot read ${file} (${(err as NodeJS.ErrnoException).code ?? (err as Error).message})` });
-		return;
-	}
-	if (!pem.includes("-----BEGIN CERTIFICATE-----")) ctx.addIssue({ code: "custom", message: `${file} holds no PEM certificate` });
-});
+// failing the first delivery, email or connection with a stack trace.
+function pemFileHolding(marker: RegExp, what: string) {
+	return z.string().superRefine((file, ctx) => {
+		let pem: string;
+		try {
+			pem = fs.readFileSync(file, "utf8");
+		} catch (err) {
+			ctx.addIssue({ code: "custom", message: `cannot read ${file} (${(err as NodeJS.ErrnoException).code ?? (err as Error).message})` });
+			return;
+		}
+		if (!marker.test(pem)) ctx.addIssue({ code: "custom", message: `${file} holds no ${what}` });
+	});
+}
+
+export const pemFile = pemFileHolding(/-----BEGIN CERTIFICATE-----/, "PEM certificate");
+export const pemKeyFile = pemFileHolding(/-----BEGIN [A-Z ]*PRIVATE KEY-----/, "PEM private key");
 
 export const base64Key32 = z
 	.string()
@@ -105,15 +110,24 @@ function urlOf(text: string, protocols: string[]): URL | undefined {
 	}
 }
 
-const isNatsServer = (text: string) => Boolean(urlOf(text, ["nats:"])?.hostname);
+const natsServerOf = (text: string) => {
+	const url = urlOf(text, ["nats:", "tls:"]);
+	return url?.hostname ? url : undefined;
+};
 
 // Checked whole at start-up: a bad entry was otherwise waited on for STARTUP_CONNECT_TIMEOUT and
 // reported as a NATS server that did not answer (exit 69), and an http:// entry was taken for a
 // NATS server. The text stays as given (the clients read it, lib/connection-urls.ts); no entry is
-// echoed, since it may hold a password.
+// echoed, since it may hold a password. tls:// demands TLS of the connection, which is one for
+// all the servers: a list that mixes the two schemes would leave it unclear which is meant.
 export const natsServerList = z.string().superRefine((text, ctx) => {
-	const bad = text.split(",").findIndex(part => !isNatsServer(part.trim()));
-	if (bad >= 0) ctx.addIssue({ code: "custom", message: `must be nats://host:port, or several such URLs comma-separated (entry ${bad + 1} is not)` });
+	const servers = text.split(",").map(part => natsServerOf(part.trim()));
+	const bad = servers.findIndex(server => !server);
+	if (bad >= 0) {
+		ctx.addIssue({ code: "custom", message: `must be nats://host:port (tls://host:port to demand TLS), or several such URLs comma-separated (entry ${bad + 1} is not)` });
+	} else if (new Set(servers.map(server => server!.protocol)).size > 1) {
+		ctx.addIssue({ code: "custom", message: "mixes nats:// and tls:// entries; TLS is one choice for every server: use tls:// for all of them, or nats:// for all" });
+	}
 });
 
 /**

@@ -7,7 +7,7 @@ import path from "node:path";
 import crypto from "node:crypto";
 import { z } from "zod";
 import type { ServiceBroker } from "moleculer";
-import { base64Key32, cidrList, csv, duration, httpUrl, isSmtpServer, natsServerList, originList, otlpEndpoint, otlpProtocol, pemFile, port, positiveInt, postgresUrl, schedule, wholeNumber } from "./config-fields";
+import { base64Key32, cidrList, csv, duration, httpUrl, isSmtpServer, natsServerList, originList, otlpEndpoint, otlpProtocol, pemFile, pemKeyFile, port, positiveInt, postgresUrl, schedule, wholeNumber } from "./config-fields";
 import { senderDomain } from "./email-message";
 
 /**
@@ -18,6 +18,8 @@ import { senderDomain } from "./email-message";
 export const MAIL_TO_FILES = "file:";
 
 export const TRACE_SAMPLERS = ["always_on", "always_off", "traceidratio", "parentbased_always_on", "parentbased_always_off", "parentbased_traceidratio"] as const;
+
+const NATS_TLS_VARIABLES = ["NATS_CA_FILE", "NATS_CERT_FILE", "NATS_KEY_FILE"] as const;
 
 /** The NODE_ENV values that say what they mean; any other runs as development, with a warning. */
 const KNOWN_NODE_ENVS = ["development", "production", "test"];
@@ -40,6 +42,12 @@ export const EnvSchema = z.object({
 		.regex(/^[a-z_][a-z0-9_]{0,62}$/, "must be a lower-case SQL identifier")
 		.optional(),
 	TRANSPORTER: natsServerList.optional(),
+	// TLS to NATS (lib/connection-urls.ts): a CA added to the public roots for a server whose
+	// certificate a private CA signed, and this node's own certificate for a server that verifies
+	// its clients. Either one demands TLS, as tls:// does.
+	NATS_CA_FILE: pemFile.optional(),
+	NATS_CERT_FILE: pemFile.optional(),
+	NATS_KEY_FILE: pemKeyFile.optional(),
 	// A NATS subject token and part of JetStream's stream names: a space, "*", ">" or "/" there made
 	// the intake's provisioning fail at start-up with a message that named no variable.
 	NAMESPACE: z
@@ -217,6 +225,13 @@ function parseVariables(variables: Record<string, string>): { config?: AppConfig
 	if (Boolean(variables.OIDC_ISSUER) !== Boolean(variables.OIDC_CLIENT_ID)) {
 		const missing = variables.OIDC_ISSUER ? "OIDC_CLIENT_ID" : "OIDC_ISSUER";
 		problems.push(`${missing}: missing; OIDC_ISSUER and OIDC_CLIENT_ID must be set together`);
+	}
+	if (Boolean(variables.NATS_CERT_FILE) !== Boolean(variables.NATS_KEY_FILE)) {
+		const missing = variables.NATS_CERT_FILE ? "NATS_KEY_FILE" : "NATS_CERT_FILE";
+		problems.push(`${missing}: missing; NATS_CERT_FILE and NATS_KEY_FILE must be set together`);
+	}
+	for (const name of NATS_TLS_VARIABLES) {
+		if (variables[name] && !variables.TRANSPORTER) problems.push(`${name}: set without TRANSPORTER; it is for the connection to NATS, which only a cluster node opens`);
 	}
 	if (result.success && result.data.DELIVERY_MAX_LEASES !== undefined && result.data.DELIVERY_MAX_LEASES < result.data.DELIVERY_CONCURRENCY) {
 		problems.push(`DELIVERY_MAX_LEASES: ${result.data.DELIVERY_MAX_LEASES} is fewer than DELIVERY_CONCURRENCY (${result.data.DELIVERY_CONCURRENCY}); a dispatcher could not keep its attempts going`);

@@ -1,5 +1,7 @@
-// The servers' URLs an operator gives (TRANSPORTER, DATABASE_URL) as the clients take them and as
-// logs may show them.
+// The servers' URLs an operator gives (TRANSPORTER, DATABASE_URL) and the files of the TLS to
+// NATS, as the clients take them and as logs may show them.
+import fs from "node:fs";
+import tls from "node:tls";
 
 /** A URL (or a comma-separated list of them) safe to print: any password becomes "***". */
 export function maskedUrl(text: string): string {
@@ -17,22 +19,52 @@ export function maskedUrl(text: string): string {
 		.join(",");
 }
 
+/** The settings of a node's TLS to NATS (lib/config.ts); an AppConfig has them. */
+export interface NatsTlsFiles {
+	NATS_CA_FILE?: string;
+	NATS_CERT_FILE?: string;
+	NATS_KEY_FILE?: string;
+}
+
+/** nats.js's TLS options: present, even empty, they make the client refuse a connection without TLS. */
+export interface NatsTlsOptions {
+	/** PEM certificates, concatenated. */
+	ca?: string;
+	cert?: string;
+	key?: string;
+}
+
 export interface NatsServerOptions {
 	servers: string[];
 	user?: string;
 	pass?: string;
+	tls?: NatsTlsOptions;
 }
 
 /**
- * nats.js's options for a TRANSPORTER value (one or more comma-separated nats:// URLs). nats.js
- * reads only host and port from a server: a user and password in the URL become options of their
- * own, taken from the first URL that has them, percent-decoded.
+ * nats.js's options for a TRANSPORTER value (one or more comma-separated nats:// or tls:// URLs)
+ * and the node's TLS files. nats.js reads only host and port from a server: a user and password in
+ * the URL become options of their own, taken from the first URL that has them, percent-decoded.
+ * Without any of the TLS settings nats.js still takes TLS when the server demands it, trusting the
+ * public roots only.
  */
-export function natsServerOptions(transporter: string): NatsServerOptions {
+export function natsServerOptions(transporter: string, files: NatsTlsFiles = {}): NatsServerOptions {
 	const urls = transporter.split(",").map(server => new URL(server.trim()));
 	const withCredentials = urls.find(url => url.username);
+	const read = (file: string) => fs.readFileSync(file, "utf8");
+	// tls:// in TRANSPORTER, or a CA or a certificate of this node's own.
+	const demandsTls = urls.some(url => url.protocol === "tls:") || Boolean(files.NATS_CA_FILE || files.NATS_CERT_FILE);
 	return {
 		servers: urls.map(url => url.host),
 		...(withCredentials ? { user: decodeURIComponent(withCredentials.username), pass: decodeURIComponent(withCredentials.password) } : {}),
+		...(demandsTls
+			? {
+					tls: {
+						// Added to the public roots, as WEBHOOK_CA_FILE and SMTP_CA_FILE are.
+						...(files.NATS_CA_FILE ? { ca: [...tls.rootCertificates, read(files.NATS_CA_FILE)].join("\n") } : {}),
+						...(files.NATS_CERT_FILE && files.NATS_KEY_FILE ? { cert: read(files.NATS_CERT_FILE), key: read(files.NATS_KEY_FILE) } : {}),
+					},
+				}
+			: {}),
 	};
 }

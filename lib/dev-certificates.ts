@@ -14,9 +14,11 @@ export interface DevelopmentCertificates {
 	/** The CA certificate's file: what WEBHOOK_CA_FILE names. */
 	caFile: string;
 	caPem: string;
-	/** The localhost certificate and its key, for https.createServer. */
+	/** The localhost certificate and its key, for https.createServer, and their files. */
 	cert: string;
 	key: string;
+	certFile: string;
+	keyFile: string;
 	/** True when this call made them (false: they were kept from an earlier run). */
 	created: boolean;
 }
@@ -77,7 +79,9 @@ function makeLocalhostCertificate(caCertPem: string, caKeyPem: string): { certPe
 	cert.setExtensions([
 		{ name: "basicConstraints", cA: false, critical: true },
 		{ name: "keyUsage", digitalSignature: true, keyEncipherment: true, critical: true },
-		{ name: "extKeyUsage", serverAuth: true },
+		// clientAuth too, as mkcert's certificates have it: a node can present the same certificate to a
+		// local NATS server that verifies its clients (NATS_CERT_FILE).
+		{ name: "extKeyUsage", serverAuth: true, clientAuth: true },
 		{
 			name: "subjectAltName",
 			altNames: [...LOCALHOST_NAMES.dns.map(value => ({ type: 2, value })), ...LOCALHOST_NAMES.ips.map(ip => ({ type: 7, ip }))],
@@ -137,5 +141,5 @@ export function ensureDevelopmentCertificates(dir: string): DevelopmentCertifica
 		fs.writeFileSync(files.cert, cert);
 		created = true;
 	}
-	return { caFile: files.ca, caPem, cert, key, created };
+	return { caFile: files.ca, caPem, cert, key, certFile: files.cert, keyFile: files.key, created };
 }

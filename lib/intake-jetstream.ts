@@ -14,7 +14,7 @@ import { Adapters, Middleware as ChannelsMiddleware } from "@moleculer/channels"
 import type { Middleware, ServiceBroker } from "moleculer";
 import { connect, nanos, type ConsumerConfig, type JetStreamManager, type NatsConnection } from "nats";
 import { ConfigError, type AppConfig } from "./config";
-import { maskedUrl, natsServerOptions } from "./connection-urls";
+import { maskedUrl, natsServerOptions, type NatsTlsFiles } from "./connection-urls";
 import { INTAKE_GROUPS, INTAKE_MAX_IN_FLIGHT, INTAKE_STREAM_SETTINGS, intakeDeliverSubject, intakeNames, type IntakeGroup, type IntakeNames } from "./intake-channel";
 
 /**
@@ -64,9 +64,9 @@ async function ensureConsumer(manager: JetStreamManager, stream: string, config:
 	}
 }
 
-/** A plain NATS connection from a TRANSPORTER value (one or more comma-separated nats:// URLs). */
-export function connectToNats(natsUrl: string, name: string): Promise<NatsConnection> {
-	return connect({ ...natsServerOptions(natsUrl), name });
+/** A plain NATS connection from a TRANSPORTER value (one or more comma-separated nats:// or tls:// URLs). */
+export function connectToNats(natsUrl: string, name: string, tlsFiles: NatsTlsFiles = {}): Promise<NatsConnection> {
+	return connect({ ...natsServerOptions(natsUrl, tlsFiles), name });
 }
 
 /** Removes the intake's streams of a namespace (throw-away namespaces of tests and benchmarks). */
@@ -86,7 +86,7 @@ export async function provisionIntake(natsUrl: string, config: AppConfig): Promi
 	const names = intakeNames(config.NAMESPACE);
 	let connection: NatsConnection | undefined;
 	try {
-		connection = await connectToNats(natsUrl, "intake-provisioning");
+		connection = await connectToNats(natsUrl, "intake-provisioning", config);
 		const manager = await connection.jetstreamManager().catch(err => {
 			// nats.js answers a server without JetStream with a bare "503".
 			if ((err as { code?: string }).code === "503") throw new ConfigError(`Invalid configuration: TRANSPORTER: the NATS server at ${maskedUrl(natsUrl)} has no JetStream; start it with -js`);
@@ -143,10 +143,10 @@ export function intakeMiddlewares(config: AppConfig): Middleware[] {
 	const channels = ChannelsMiddleware({
 		adapter: new IntakeNatsAdapter({
 			nats: {
-				// The servers and credentials as options: the adapter, given a URL, would keep only its
+				// The servers, credentials and TLS as options: the adapter, given a URL, would keep only its
 				// host and port, and a NATS server that wants a password would refuse the intake.
 				// Never give up reconnecting: a closed client would silently stop the intake.
-				connectionOptions: { ...natsServerOptions(natsUrl), maxReconnectAttempts: -1, reconnectTimeWait: 1_000 },
+				connectionOptions: { ...natsServerOptions(natsUrl, config), maxReconnectAttempts: -1, reconnectTimeWait: 1_000 },
 			},
 		} as unknown as ConstructorParameters<typeof IntakeNatsAdapter>[0]),
 	} as unknown as Parameters<typeof ChannelsMiddleware>[0]) as unknown as Middleware;

@@ -7,7 +7,7 @@
 import { setTimeout as sleep } from "node:timers/promises";
 import knex from "knex";
 import { invalidConfiguration, type AppConfig } from "./config";
-import { maskedUrl, natsServerOptions } from "./connection-urls";
+import { maskedUrl, natsServerOptions, type NatsTlsFiles } from "./connection-urls";
 
 /** Exit status for "a service this program needs is unavailable" (sysexits.h EX_UNAVAILABLE). */
 export const EXIT_UNAVAILABLE = 69;
@@ -34,19 +34,40 @@ interface Dependency {
 	refusal(err: unknown): string | undefined;
 }
 
-function natsDependency(transporter: string): Dependency {
+// The server's certificate does not verify against the public roots and NATS_CA_FILE (Node's codes).
+const UNTRUSTED_CERTIFICATE = new Set([
+	"UNABLE_TO_VERIFY_LEAF_SIGNATURE",
+	"UNABLE_TO_GET_ISSUER_CERT",
+	"UNABLE_TO_GET_ISSUER_CERT_LOCALLY",
+	"SELF_SIGNED_CERT_IN_CHAIN",
+	"DEPTH_ZERO_SELF_SIGNED_CERT",
+	"CERT_HAS_EXPIRED",
+	"CERT_NOT_YET_VALID",
+	"ERR_TLS_CERT_ALTNAME_INVALID",
+]);
+// The server's TLS alert for a client certificate it wants and did not get, or does not accept.
+const CLIENT_CERTIFICATE_REFUSED = /^ERR_SSL_(SSLV3_ALERT_BAD_CERTIFICATE|TLSV13_ALERT_CERTIFICATE_REQUIRED|TLSV1_ALERT_UNKNOWN_CA|SSLV3_ALERT_CERTIFICATE_UNKNOWN)$/;
+
+function natsDependency(transporter: string, tlsFiles: NatsTlsFiles): Dependency {
 	return {
 		variable: "TRANSPORTER",
 		label: `NATS at ${maskedUrl(transporter)}`,
 		async probe(timeoutMs) {
 			// nats.js loads only here, in a cluster node: an embedded one never opens a connection.
 			const { connect } = require("nats") as typeof import("nats");
-			const connection = await connect({ ...natsServerOptions(transporter), name: "startup-check", timeout: timeoutMs, reconnect: false });
+			const connection = await connect({ ...natsServerOptions(transporter, tlsFiles), name: "startup-check", timeout: timeoutMs, reconnect: false });
 			await connection.close();
 		},
 		refusal(err) {
 			const code = (err as { code?: unknown }).code;
-			return code === "AUTHORIZATION_VIOLATION" ? "refused this node's credentials (AUTHORIZATION_VIOLATION)" : undefined;
+			if (typeof code !== "string") return undefined;
+			if (code === "AUTHORIZATION_VIOLATION") return "refused this node's credentials (AUTHORIZATION_VIOLATION)";
+			if (code === "SERVER_OPT_NA") return "offers no TLS, which this node demands (a tls:// URL in TRANSPORTER, NATS_CA_FILE or NATS_CERT_FILE)";
+			if (UNTRUSTED_CERTIFICATE.has(code)) return `presented a certificate this node does not trust (${code}); NATS_CA_FILE names the CA that signed it`;
+			if (CLIENT_CERTIFICATE_REFUSED.test(code)) {
+				return `refused this node's TLS certificate (${code}); a server that verifies its clients wants NATS_CERT_FILE and NATS_KEY_FILE, signed by a CA it trusts`;
+			}
+			return undefined;
 		},
 	};
 }
@@ -124,7 +145,7 @@ async function waitFor(dependency: Dependency, waitMs: number, onWaiting: (line:
 export async function waitForDependencies(config: AppConfig, onWaiting: (line: string) => void = () => undefined): Promise<void> {
 	// Every service but the gateway owns tables; a gateway-only node never opens the database.
 	const usesDatabase = config.SERVICES.some(name => name !== "api");
-	const dependencies = [...(config.TRANSPORTER ? [natsDependency(config.TRANSPORTER)] : []), ...(config.DATABASE_URL && usesDatabase ? [postgresDependency(config.DATABASE_URL)] : [])];
+	const dependencies = [...(config.TRANSPORTER ? [natsDependency(config.TRANSPORTER, config)] : []), ...(config.DATABASE_URL && usesDatabase ? [postgresDependency(config.DATABASE_URL)] : [])];
 	const outcomes = await Promise.all(dependencies.map(dependency => waitFor(dependency, config.STARTUP_CONNECT_TIMEOUT, onWaiting)));
 	const failed = outcomes.filter((outcome): outcome is Extract<Outcome, { ok: false }> => !outcome.ok);
 	const refused = failed.filter(outcome => outcome.refused);

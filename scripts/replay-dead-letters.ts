@@ -9,9 +9,9 @@ import { connectToNats } from "../lib/intake-jetstream";
 
 async function main(): Promise<void> {
 	const config = parseConfig(process.env);
-	if (!config.TRANSPORTER) throw new ConfigError("Invalid configuration: TRANSPORTER: the cluster's nats:// URL is required");
+	if (!config.TRANSPORTER) throw new ConfigError("Invalid configuration: TRANSPORTER: the cluster's nats:// (or tls://) URL is required");
 	const names = intakeNames(config.NAMESPACE);
-	const connection = await connectToNats(config.TRANSPORTER, "replay-dead-letters");
+	const connection = await connectToNats(config.TRANSPORTER, "replay-dead-letters", config);
 	try {
 		const manager = await connection.jetstreamManager();
 		const client = connection.jetstream();

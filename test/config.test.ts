@@ -4,7 +4,10 @@ import { spawn } from "node:child_process";
 import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
+import tls from "node:tls";
 import { ALL_SERVICES, ConfigError, EnvSchema, LEASES_PER_CONCURRENT_ATTEMPT, loadConfig, parseConfig, resolveSecrets } from "../lib/config";
+import { natsServerOptions } from "../lib/connection-urls";
+import { ensureDevelopmentCertificates } from "../lib/dev-certificates";
 import { serviceCommand } from "./helpers/service-build";
 
 const ROOT = path.resolve(__dirname, "..");
@@ -150,15 +153,52 @@ describe("configuration", () => {
 	});
 
 	it.each(["nats://bad host:4222", "nats://127.0.0.1:99999", "nats://", "http://127.0.0.1:4222", "nats://127.0.0.1:4222,http://127.0.0.1:4223", "nats://127.0.0.1:4222,"])("refuses TRANSPORTER %j at once, instead of waiting for a server it cannot name", transporter => {
-		expect(configError({ TRANSPORTER: transporter })).toMatch(/^\s*TRANSPORTER: must be nats:\/\/host:port, or several such URLs comma-separated \(entry \d is not\)$/m);
+		expect(configError({ TRANSPORTER: transporter })).toMatch(/^\s*TRANSPORTER: must be nats:\/\/host:port \(tls:\/\/host:port to demand TLS\), or several such URLs comma-separated \(entry \d is not\)$/m);
 	});
 
 	it("never echoes a refused TRANSPORTER, which may hold a password", () => {
 		expect(configError({ TRANSPORTER: "nats://user:s3cret@bad host:4222" })).not.toContain("s3cret");
 	});
 
-	it.each(["nats://127.0.0.1:4222", "nats://nats", "nats://a:4222, nats://user:p%40ss@b:4222"])("accepts TRANSPORTER %j", transporter => {
+	it.each(["nats://127.0.0.1:4222", "nats://nats", "nats://a:4222, nats://user:p%40ss@b:4222", "tls://nats.example.com:4222", "tls://a:4222,tls://b:4222"])("accepts TRANSPORTER %j", transporter => {
 		expect(parseConfig({ TRANSPORTER: transporter }).TRANSPORTER).toBe(transporter);
+	});
+
+	it("refuses a TRANSPORTER that mixes nats:// and tls:// servers, since TLS is one choice for the connection", () => {
+		expect(configError({ TRANSPORTER: "tls://a:4222,nats://b:4222" })).toMatch(/^\s*TRANSPORTER: mixes nats:\/\/ and tls:\/\/ entries; TLS is one choice for every server/m);
+	});
+
+	describe("TLS to NATS", () => {
+		const certificates = () => ensureDevelopmentCertificates(path.join(newDataDir(), "certificates"));
+
+		it("takes a CA, and a certificate with its key, for a cluster node", () => {
+			const { caFile, certFile, keyFile } = certificates();
+			expect(parseConfig({ TRANSPORTER: "tls://nats:4222", NATS_CA_FILE: caFile, NATS_CERT_FILE: certFile, NATS_KEY_FILE: keyFile })).toMatchObject({ NATS_CA_FILE: caFile, NATS_CERT_FILE: certFile, NATS_KEY_FILE: keyFile });
+		});
+
+		it("refuses files that hold no certificate or no key, and a certificate without its key", () => {
+			const { caFile, keyFile } = certificates();
+			const message = configError({ TRANSPORTER: "nats://nats:4222", NATS_CA_FILE: keyFile, NATS_KEY_FILE: caFile, DATA_DIR: newDataDir() });
+			expect(message).toMatch(/^ {2}NATS_CA_FILE: .*localhost-key\.pem holds no PEM certificate$/m);
+			expect(message).toMatch(/^ {2}NATS_KEY_FILE: .*ca\.pem holds no PEM private key$/m);
+			expect(message).toMatch(/^ {2}NATS_CERT_FILE: missing; NATS_CERT_FILE and NATS_KEY_FILE must be set together$/m);
+			expect(configError({ TRANSPORTER: "nats://nats:4222", NATS_CERT_FILE: "/nonexistent.pem", DATA_DIR: newDataDir() })).toMatch(/NATS_CERT_FILE: cannot read \/nonexistent.pem \(ENOENT\)/);
+		});
+
+		it("refuses them on a node without TRANSPORTER, which opens no connection to NATS", () => {
+			const { caFile } = certificates();
+			expect(configError({ NATS_CA_FILE: caFile, DATA_DIR: newDataDir() })).toMatch(/^ {2}NATS_CA_FILE: set without TRANSPORTER; it is for the connection to NATS, which only a cluster node opens$/m);
+		});
+
+		it("gives nats.js TLS options when tls://, a CA or a certificate asks for TLS, the CA beside the public roots", () => {
+			const { caFile, caPem, certFile, keyFile, cert, key } = certificates();
+			expect(natsServerOptions("nats://u:p%40ss@a:4222,nats://b:4223")).toEqual({ servers: ["a:4222", "b:4223"], user: "u", pass: "p@ss" });
+			expect(natsServerOptions(" TLS://a:4222")).toEqual({ servers: ["a:4222"], tls: {} });
+			const withCa = natsServerOptions("nats://a:4222", { NATS_CA_FILE: caFile });
+			expect(withCa.tls?.ca).toContain(caPem.trim());
+			expect(withCa.tls?.ca).toContain(tls.rootCertificates[0]);
+			expect(natsServerOptions("tls://a:4222", { NATS_CERT_FILE: certFile, NATS_KEY_FILE: keyFile }).tls).toEqual({ cert, key });
+		});
 	});
 
 	it.each(["postgres://bad host/db", "postgres://127.0.0.1:99999/test", "mysql://127.0.0.1/test", "127.0.0.1:5432"])("refuses DATABASE_URL %j at once", databaseUrl => {
