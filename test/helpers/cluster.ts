@@ -22,6 +22,7 @@ import { ServiceBroker, type Middleware } from "moleculer";
 import { Middleware as ChannelsMiddleware } from "@moleculer/channels";
 import { connect } from "nats";
 import { mintToken } from "../../lib/auth";
+import { natsServerOptions, type NatsServerOptions } from "../../lib/connection-urls";
 import { implicitCustomerId } from "../../lib/customers";
 import { intakeDeliverSubject, intakeNames, type IntakeGroup } from "../../lib/intake-channel";
 import { parseConfig } from "../../lib/config";
@@ -74,6 +75,11 @@ export interface ClusterOptions {
 	env?: Record<string, string>;
 	/** The receiver's default answer (200 "ok" otherwise). */
 	respond?: ScriptedResponse | Responder;
+	/**
+	 * NATS over mutual TLS, with certificates of the test's own CA: the roles get NATS_CA_FILE,
+	 * NATS_CERT_FILE and NATS_KEY_FILE. Unset: plain NATS.
+	 */
+	natsTls?: boolean;
 }
 
 export interface RequestOptions {
@@ -139,6 +145,8 @@ export class Cluster {
 	readonly jwtSecret = crypto.randomBytes(32).toString("base64url");
 	readonly secretsKey = crypto.randomBytes(32).toString("base64");
 	nats!: NatsServer;
+	/** TRANSPORTER, and with natsTls the TLS files, as every role and the test's own clients get them. */
+	natsEnv!: Record<string, string>;
 	relay: TcpRelay | undefined;
 	receiver!: HttpsReceiver;
 	smtp!: TestSmtpServer;
@@ -169,6 +177,8 @@ export class Cluster {
 		const cluster = new Cluster(options);
 		try {
 			cluster.nats = await startNatsServer();
+			cluster.natsEnv = { TRANSPORTER: cluster.nats.url };
+			if (options.natsTls) cluster.natsEnv = await cluster.nats.startTls(path.join(cluster.root, "nats-certificates"));
 			const fallback = options.respond ?? { status: 200, body: "ok" };
 			cluster.receiver = await startHttpsReceiver({
 				respond: request => {
@@ -189,6 +199,11 @@ export class Cluster {
 			throw err;
 		}
 		return cluster;
+	}
+
+	/** nats.js's options for the test's own connections, TLS included, as a role's are made. */
+	natsOptions(): NatsServerOptions {
+		return natsServerOptions(this.natsEnv.TRANSPORTER, this.natsEnv);
 	}
 
 	/** The database URL the roles use: through the relay when there is one. */
@@ -238,7 +253,7 @@ export class Cluster {
 			OPS_PORT: String(opsPort),
 			DATA_DIR: dataDir,
 			LOG_LEVEL: "info",
-			TRANSPORTER: this.nats.url,
+			...this.natsEnv,
 			NAMESPACE: this.namespace,
 			NODE_ID: `${this.namespace}-${name}`,
 			SERVICES: ROLE_SERVICES[role],
@@ -336,11 +351,11 @@ export class Cluster {
 		const broker = new ServiceBroker({
 			namespace: this.namespace,
 			nodeID: `${this.namespace}-producer-${this.producers.length + 1}`,
-			transporter: this.nats.url,
+			transporter: { type: "NATS", options: this.natsOptions() },
 			logger: false,
-			// The package's typings demand every adapter option; the object form with the URL is
-			// what DESIGN.md prescribes (the string form ignores host and port).
-			middlewares: [ChannelsMiddleware({ adapter: { type: "NATS", options: { nats: { url: this.nats.url } } } } as never) as unknown as Middleware],
+			// The package's typings demand every adapter option; the object form is what DESIGN.md
+			// prescribes (the string form ignores host and port).
+			middlewares: [ChannelsMiddleware({ adapter: { type: "NATS", options: { nats: { connectionOptions: this.natsOptions() } } } } as never) as unknown as Middleware],
 		});
 		this.producers.push(broker);
 		await broker.start();
@@ -397,7 +412,7 @@ export class Cluster {
 
 	/** How many events the intake stream holds (every stored send, repeats included). */
 	async streamMessages(): Promise<number> {
-		const connection = await connect({ servers: `127.0.0.1:${this.nats.port}` });
+		const connection = await connect(this.natsOptions());
 		try {
 			const manager = await connection.jetstreamManager();
 			return (await manager.streams.info(intakeNames(this.namespace).stream)).state.messages;
@@ -414,7 +429,7 @@ export class Cluster {
 	 * happens when an instance took an event and never acknowledged it.
 	 */
 	async watchIntake(group: IntakeGroup): Promise<{ redelivered(): number }> {
-		const connection = await connect({ servers: `127.0.0.1:${this.nats.port}`, name: `watch-${group}` });
+		const connection = await connect({ ...this.natsOptions(), name: `watch-${group}` });
 		this.closers.push(() => connection.close());
 		const deliveries = new Map<string, number>();
 		connection.subscribe(intakeDeliverSubject(intakeNames(this.namespace), group), {

@@ -7,12 +7,14 @@
 //   await nats.stop();             // SIGKILL; clients see the connection drop
 //   await nats.start();            // same port, same store: streams and consumers survive
 //   await nats.close();            // stops it and removes the store
+//   const env = await nats.startTls(dir);  // again, with mutual TLS: TRANSPORTER, NATS_CA_FILE…
 import { setTimeout as sleep } from "node:timers/promises";
 import { spawn, type ChildProcess } from "node:child_process";
 import fs from "node:fs";
 import net from "node:net";
 import os from "node:os";
 import path from "node:path";
+import { ensureDevelopmentCertificates } from "../../lib/dev-certificates";
 import { freePort } from "./net";
 
 export const NATS_SERVER_BIN = process.env.NATS_SERVER_BIN ?? "/usr/sbin/nats-server";
@@ -23,12 +25,22 @@ export interface NatsServer {
 	readonly storeDir: string;
 	readonly logFile: string;
 	readonly running: boolean;
-	/** Starts it (again); `extraArgs` are passed to nats-server, e.g. to demand credentials. */
+	/**
+	 * Starts it (again); `extraArgs` are passed to nats-server, e.g. to demand credentials. Without
+	 * them, a server that startTls made starts with TLS again.
+	 */
 	start(extraArgs?: string[]): Promise<void>;
 	/** Kills the server (SIGKILL by default, as a crash; SIGTERM for a clean stop) and waits for it. */
 	stop(signal?: NodeJS.Signals): Promise<void>;
 	/** Stops the server and removes its store and log. */
 	close(): Promise<void>;
+	/**
+	 * Starts it again with TLS only, its certificate signed by a CA made in `dir`, demanding a
+	 * client certificate of that CA. Returns the variables a node needs to join it.
+	 */
+	startTls(dir: string): Promise<Record<string, string>>;
+	/** The clients connected now, from the server's monitoring endpoint (/connz). */
+	connections(): Promise<Array<{ name?: string; tls_version?: string }>>;
 }
 
 function accepts(port: number): Promise<boolean> {
@@ -61,6 +73,7 @@ export async function startNatsServer(): Promise<NatsServer> {
 	let child: ChildProcess | undefined;
 	let exited: Promise<void> = Promise.resolve();
 	let closed = false;
+	let standingArgs: string[] = [];
 
 	const server: NatsServer = {
 		port,
@@ -70,7 +83,7 @@ export async function startNatsServer(): Promise<NatsServer> {
 		get running() {
 			return child !== undefined && child.exitCode === null && child.signalCode === null;
 		},
-		async start(extraArgs: string[] = []) {
+		async start(extraArgs: string[] = standingArgs) {
 			if (closed) throw new Error(`nats-server on port ${port} was closed`);
 			if (server.running) return;
 			const log = fs.openSync(logFile, "a");
@@ -92,6 +105,18 @@ export async function startNatsServer(): Promise<NatsServer> {
 			if (!server.running) return exited;
 			child!.kill(signal);
 			await exited;
+		},
+		async startTls(dir) {
+			const { caFile, certFile, keyFile } = ensureDevelopmentCertificates(dir);
+			await server.stop();
+			standingArgs = ["--tlsverify", "--tlscert", certFile, "--tlskey", keyFile, "--tlscacert", caFile];
+			await server.start();
+			// The development certificate serves for either end (it allows clientAuth too).
+			return { TRANSPORTER: `tls://127.0.0.1:${port}`, NATS_CA_FILE: caFile, NATS_CERT_FILE: certFile, NATS_KEY_FILE: keyFile };
+		},
+		async connections() {
+			const response = await fetch(`http://127.0.0.1:${monitorPort}/connz?limit=1024`);
+			return ((await response.json()) as { connections?: Array<{ name?: string; tls_version?: string }> }).connections ?? [];
 		},
 		async close() {
 			closed = true;
