@@ -34,7 +34,8 @@ interface Dependency {
 	refusal(err: unknown): string | undefined;
 }
 
-// The server's certificate does not verify against the public roots and NATS_CA_FILE (Node's codes).
+// The server's certificate does not verify against the public roots and the CA the node was given
+// (NATS_CA_FILE, or sslrootcert in DATABASE_URL): Node's codes.
 const UNTRUSTED_CERTIFICATE = new Set([
 	"UNABLE_TO_VERIFY_LEAF_SIGNATURE",
 	"UNABLE_TO_GET_ISSUER_CERT",
@@ -97,7 +98,13 @@ function postgresDependency(databaseUrl: string): Dependency {
 		},
 		refusal(err) {
 			const failure = err as { code?: unknown; message?: string };
-			return typeof failure.code === "string" && POSTGRES_REFUSALS.has(failure.code) ? `refused the connection: ${failure.message}` : undefined;
+			if (typeof failure.code === "string" && POSTGRES_REFUSALS.has(failure.code)) return `refused the connection: ${failure.message}`;
+			if (typeof failure.code === "string" && UNTRUSTED_CERTIFICATE.has(failure.code)) {
+				return `presented a certificate this node does not trust (${failure.code}); sslrootcert=<file> in DATABASE_URL names the CA that signed it`;
+			}
+			// node-postgres's own words (it gives no code) when sslmode asks for TLS and the server has none.
+			if (failure.message === "The server does not support SSL connections") return "offers no TLS, which sslmode in DATABASE_URL demands";
+			return undefined;
 		},
 	};
 }

@@ -8,6 +8,7 @@
 //   await pg.crash();               // pg_ctl stop -m immediate
 //   await pg.start();               // same port, same data: crash recovery, then ready
 //   await pg.close();               // stops it and removes its folder
+//   const pg = await startPostgresServer({ tlsOnly: true });  // TLS only: pg.caFile signed its certificate
 //
 // PostgreSQL refuses to run as root; as root (CI) its programs run as the `postgres` user, who
 // owns the folder.
@@ -16,6 +17,7 @@ import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { promisify } from "node:util";
+import { ensureDevelopmentCertificates } from "../../lib/dev-certificates";
 import { freePort } from "./net";
 import { tailOf } from "./nats-server";
 
@@ -34,13 +36,19 @@ export function postgresBinDir(): string | undefined {
 export interface PostgresServer {
 	readonly port: number;
 	readonly url: string;
+	/** With tlsOnly: the CA that signed the server's certificate, for sslrootcert. */
+	readonly caFile?: string;
 	start(): Promise<void>;
 	/** An immediate shutdown, as a crash: no checkpoint, the WAL not yet flushed is lost. */
 	crash(): Promise<void>;
 	close(): Promise<void>;
 }
 
-export async function startPostgresServer(): Promise<PostgresServer> {
+/**
+ * `tlsOnly`: the server takes TLS connections only (hostssl in pg_hba.conf), its certificate signed
+ * by a CA of its own, made in its folder.
+ */
+export async function startPostgresServer(options: { tlsOnly?: boolean } = {}): Promise<PostgresServer> {
 	const bin = postgresBinDir();
 	if (!bin) throw new Error("PostgreSQL's server programs were not found (install Debian's postgresql, or set PG_BIN_DIR)");
 	const root = fs.mkdtempSync(path.join(os.tmpdir(), "swh-pg-"));
@@ -59,17 +67,31 @@ export async function startPostgresServer(): Promise<PostgresServer> {
 		});
 	};
 	await pgRun("initdb", ["-D", dataDir, "-U", "postgres", "--auth=trust", "-E", "UTF8", "--no-sync", "--no-instructions"]);
+	let tlsOptions = "";
+	let caFile: string | undefined;
+	if (options.tlsOnly) {
+		const certificates = ensureDevelopmentCertificates(path.join(root, "certificates"));
+		caFile = certificates.caFile;
+		// PostgreSQL reads its key only when the key is its own and no one else may read it.
+		const { uid, gid } = fs.statSync(dataDir);
+		for (const file of [certificates.certFile, certificates.keyFile]) fs.chownSync(file, uid, gid);
+		fs.chownSync(path.dirname(certificates.keyFile), uid, gid);
+		const hba = path.join(dataDir, "pg_hba.conf");
+		fs.writeFileSync(hba, fs.readFileSync(hba, "utf8").replace(/^host(\s)/gm, "hostssl$1"));
+		tlsOptions = ` -c ssl=on -c ssl_cert_file=${certificates.certFile} -c ssl_key_file=${certificates.keyFile}`;
+	}
 	let closed = false;
 	let running = false;
 
 	const server: PostgresServer = {
 		port,
 		url: `postgres://postgres@127.0.0.1:${port}/postgres`,
+		caFile,
 		async start() {
 			if (closed) throw new Error(`the PostgreSQL server on port ${port} was closed`);
 			// -w: pg_ctl returns once the server accepts connections (after any crash recovery).
-			const options = `-p ${port} -c listen_addresses=127.0.0.1 -c unix_socket_directories=${root}`;
-			await pgRun("pg_ctl", ["start", "-w", "-t", "60", "-D", dataDir, "-l", logFile, "-o", options]);
+			const serverOptions = `-p ${port} -c listen_addresses=127.0.0.1 -c unix_socket_directories=${root}${tlsOptions}`;
+			await pgRun("pg_ctl", ["start", "-w", "-t", "60", "-D", dataDir, "-l", logFile, "-o", serverOptions]);
 			running = true;
 		},
 		async crash() {
