@@ -3,7 +3,7 @@
 // webhooks are claimed in the same round instead of waiting until that pile is worked off.
 import type { Knex } from "knex";
 import { startStack, type Stack } from "./helpers/stack";
-import { testDatabases } from "./helpers/services";
+import { testDatabases, type DatabaseKind } from "./helpers/services";
 import type { ClaimedBatch, Target } from "../mixins/dispatcher/shared";
 import { waitUntil } from "./helpers/delivery-stack";
 import { generateWebhookSecret } from "../lib/crypto";
@@ -63,6 +63,16 @@ async function claimsSettled(dispatcher: ClaimingService): Promise<void> {
 	} while (dispatcher.claimQueued || dispatcher.claimRun);
 }
 
+/** The webhooks and dispatcher services, once the claim the dispatcher makes as it starts is over. */
+async function startClaimingStack(database: DatabaseKind, env: Record<string, string>): Promise<{ stack: Stack; dispatcher: ClaimingService }> {
+	const stack = await startStack({ services: ["webhooks", "dispatcher"], database, env });
+	const dispatcher = stack.app.broker.getLocalService("dispatcher") as unknown as ClaimingService;
+	// On a busy machine that first claim could still be running when a test lays its rows down,
+	// and lease them before the test's own claim.
+	await claimsSettled(dispatcher);
+	return { stack, dispatcher };
+}
+
 const inactiveTarget = (id: string): Target => ({ id, url: "https://receiver.example/hook", active: false, secrets: [generateWebhookSecret()], previousSecretExpiresAt: null, headers: {}, rateLimit: null });
 
 /** `count` due deliveries of one webhook, one event each. */
@@ -92,11 +102,7 @@ describe.each(testDatabases())("claims on %s", database => {
 	let dispatcher: ClaimingService;
 
 	beforeAll(async () => {
-		stack = await startStack({ services: ["webhooks", "dispatcher"], database, env: ENV });
-		dispatcher = stack.app.broker.getLocalService("dispatcher") as unknown as ClaimingService;
-		// The dispatcher claims once as it starts. On a busy machine that claim could still be running
-		// when a test lays its rows down, and lease them before the test's own claim.
-		await claimsSettled(dispatcher);
+		({ stack, dispatcher } = await startClaimingStack(database, ENV));
 	});
 	afterAll(() => stack?.stop());
 
@@ -348,11 +354,7 @@ describe.each(testDatabases())("the poll's claim on %s", database => {
 	let dispatcher: ClaimingService;
 
 	beforeAll(async () => {
-		stack = await startStack({ services: ["webhooks", "dispatcher"], database, env: { ...ENV, DELIVERY_POLL_INTERVAL: "50ms" } });
-		dispatcher = stack.app.broker.getLocalService("dispatcher") as unknown as ClaimingService;
-		// The dispatcher claims once as it starts. On a busy machine that claim could still be running
-		// when a test lays its rows down, and lease them before the test's own claim.
-		await claimsSettled(dispatcher);
+		({ stack, dispatcher } = await startClaimingStack(database, { ...ENV, DELIVERY_POLL_INTERVAL: "50ms" }));
 	});
 	afterAll(() => stack?.stop());
 
