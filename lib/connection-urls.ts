@@ -3,7 +3,12 @@
 import fs from "node:fs";
 import tls from "node:tls";
 
-/** A URL (or a comma-separated list of them) safe to print: any password becomes "***". */
+/** NATS's convention: a user name with no password (nats://s3cret@nats:4222) is a token. */
+function isNatsToken(url: URL): boolean {
+	return (url.protocol === "nats:" || url.protocol === "tls:") && url.username !== "" && url.password === "";
+}
+
+/** A URL (or a comma-separated list of them) safe to print: any password or NATS token becomes "***". */
 export function maskedUrl(text: string): string {
 	return text
 		.split(",")
@@ -11,6 +16,7 @@ export function maskedUrl(text: string): string {
 			try {
 				const url = new URL(part.trim());
 				if (url.password) url.password = "***";
+				else if (isNatsToken(url)) url.username = "***";
 				return url.toString().replace(/\/$/, "");
 			} catch {
 				return "(not a URL)";
@@ -38,13 +44,21 @@ export interface NatsServerOptions {
 	servers: string[];
 	user?: string;
 	pass?: string;
+	token?: string;
 	tls?: NatsTlsOptions;
+}
+
+function natsCredentials(url: URL | undefined): Pick<NatsServerOptions, "user" | "pass" | "token"> {
+	if (!url) return {};
+	if (isNatsToken(url)) return { token: decodeURIComponent(url.username) };
+	return { user: decodeURIComponent(url.username), pass: decodeURIComponent(url.password) };
 }
 
 /**
  * nats.js's options for a TRANSPORTER value (one or more comma-separated nats:// or tls:// URLs)
  * and the node's TLS files. nats.js reads only host and port from a server: a user and password in
- * the URL become options of their own, taken from the first URL that has them, percent-decoded.
+ * the URL, or a token (a user name alone), become options of their own, taken from the first URL
+ * that has them, percent-decoded.
  * Without any of the TLS settings nats.js still takes TLS when the server demands it, trusting the
  * public roots only.
  */
@@ -56,7 +70,7 @@ export function natsServerOptions(transporter: string, files: NatsTlsFiles = {})
 	const demandsTls = urls.some(url => url.protocol === "tls:") || Boolean(files.NATS_CA_FILE || files.NATS_CERT_FILE);
 	return {
 		servers: urls.map(url => url.host),
-		...(withCredentials ? { user: decodeURIComponent(withCredentials.username), pass: decodeURIComponent(withCredentials.password) } : {}),
+		...natsCredentials(withCredentials),
 		...(demandsTls
 			? {
 					tls: {

@@ -6,7 +6,7 @@ import os from "node:os";
 import path from "node:path";
 import tls from "node:tls";
 import { ALL_SERVICES, ConfigError, EnvSchema, LEASES_PER_CONCURRENT_ATTEMPT, loadConfig, parseConfig, resolveSecrets } from "../lib/config";
-import { natsServerOptions } from "../lib/connection-urls";
+import { maskedUrl, natsServerOptions } from "../lib/connection-urls";
 import { ensureDevelopmentCertificates } from "../lib/dev-certificates";
 import { serviceCommand } from "./helpers/service-build";
 
@@ -160,6 +160,11 @@ describe("configuration", () => {
 		expect(configError({ TRANSPORTER: "nats://user:s3cret@bad host:4222" })).not.toContain("s3cret");
 	});
 
+	it("prints a NATS password or token as ***, and a database's user name as it is", () => {
+		expect(maskedUrl("nats://user:s3cret@a:4222,tls://t0ken@b:4222,nats://c:4222")).toBe("nats://user:***@a:4222,tls://***@b:4222,nats://c:4222");
+		expect(maskedUrl("postgres://postgres@db:5432/app")).toBe("postgres://postgres@db:5432/app");
+	});
+
 	it.each(["nats://127.0.0.1:4222", "nats://nats", "nats://a:4222, nats://user:p%40ss@b:4222", "tls://nats.example.com:4222", "tls://a:4222,tls://b:4222"])("accepts TRANSPORTER %j", transporter => {
 		expect(parseConfig({ TRANSPORTER: transporter }).TRANSPORTER).toBe(transporter);
 	});
@@ -193,6 +198,8 @@ describe("configuration", () => {
 		it("gives nats.js TLS options when tls://, a CA or a certificate asks for TLS, the CA beside the public roots", () => {
 			const { caFile, caPem, certFile, keyFile, cert, key } = certificates();
 			expect(natsServerOptions("nats://u:p%40ss@a:4222,nats://b:4223")).toEqual({ servers: ["a:4222", "b:4223"], user: "u", pass: "p@ss" });
+			// A user name alone is a token, as NATS's own tools read the URL.
+			expect(natsServerOptions("tls://s3cr%2Ft@a:4222")).toEqual({ servers: ["a:4222"], token: "s3cr/t", tls: {} });
 			expect(natsServerOptions(" TLS://a:4222")).toEqual({ servers: ["a:4222"], tls: {} });
 			const withCa = natsServerOptions("nats://a:4222", { NATS_CA_FILE: caFile });
 			expect(withCa.tls?.ca).toContain(caPem.trim());

@@ -368,6 +368,25 @@ describe("the server process", () => {
 			}
 		});
 
+		it("joins a NATS server that wants a token, given as the URL's user name, and never prints the token", async () => {
+			nats = await startNatsServer();
+			await nats.stop();
+			const token = "t0ken/with:odd@chars";
+			await nats.start(["--auth", token]);
+			const { running, opsPort } = await startNode("topics", "entry-token", { TRANSPORTER: `nats://${encodeURIComponent(token)}@127.0.0.1:${nats.port}` });
+			try {
+				const up = await waitForHealth(running, opsPort, 200);
+				expect(up.checks).toMatchObject({ transporter: { ok: true }, intake: { ok: true } });
+				expect(running.output()).toContain("Durable intake ready");
+				expect(running.output()).not.toMatch(/Authorization Violation/i);
+				expect(running.output()).not.toContain(encodeURIComponent(token));
+				expect(running.output()).not.toContain(token);
+			} finally {
+				running.child.kill("SIGTERM");
+				await exitWithin(running, 30_000);
+			}
+		});
+
 		it("waits at start-up for a NATS server that comes up within STARTUP_CONNECT_TIMEOUT", async () => {
 			nats = await startNatsServer();
 			await nats.stop();
