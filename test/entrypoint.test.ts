@@ -347,40 +347,25 @@ describe("the server process", () => {
 			return { running, opsPort };
 		}
 
-		it("joins a NATS server that wants a user and password, given percent-encoded in TRANSPORTER's URL, and never prints the password", async () => {
+		const PASSWORD = "p@ss:w/rd%";
+		const TOKEN = "t0ken/with:odd@chars";
+		it.each([
+			{ wants: "a user and password, given percent-encoded in TRANSPORTER's URL", serverArgs: ["--user", "webhooks", "--pass", PASSWORD], credentials: `webhooks:${encodeURIComponent(PASSWORD)}`, secret: PASSWORD },
+			{ wants: "a token, given as the URL's user name", serverArgs: ["--auth", TOKEN], credentials: encodeURIComponent(TOKEN), secret: TOKEN },
+		])("joins a NATS server that wants $wants, and never prints it", async ({ serverArgs, credentials, secret }) => {
 			nats = await startNatsServer();
 			await nats.stop();
-			const password = "p@ss:w/rd%";
-			await nats.start(["--user", "webhooks", "--pass", password]);
+			await nats.start(serverArgs);
 			// The start-up check, the transporter, the intake's provisioning and its channel adapter
 			// each open a connection of their own: every one of them must log in.
-			const { running, opsPort } = await startNode("topics", "entry-auth", { TRANSPORTER: `nats://webhooks:${encodeURIComponent(password)}@127.0.0.1:${nats.port}` });
+			const { running, opsPort } = await startNode("topics", "entry-auth", { TRANSPORTER: `nats://${credentials}@127.0.0.1:${nats.port}` });
 			try {
 				const up = await waitForHealth(running, opsPort, 200);
 				expect(up.checks).toMatchObject({ transporter: { ok: true }, intake: { ok: true } });
 				expect(running.output()).toContain("Durable intake ready");
 				expect(running.output()).not.toMatch(/Authorization Violation/i);
-				expect(running.output()).not.toContain(encodeURIComponent(password));
-				expect(running.output()).not.toContain(password);
-			} finally {
-				running.child.kill("SIGTERM");
-				await exitWithin(running, 30_000);
-			}
-		});
-
-		it("joins a NATS server that wants a token, given as the URL's user name, and never prints the token", async () => {
-			nats = await startNatsServer();
-			await nats.stop();
-			const token = "t0ken/with:odd@chars";
-			await nats.start(["--auth", token]);
-			const { running, opsPort } = await startNode("topics", "entry-token", { TRANSPORTER: `nats://${encodeURIComponent(token)}@127.0.0.1:${nats.port}` });
-			try {
-				const up = await waitForHealth(running, opsPort, 200);
-				expect(up.checks).toMatchObject({ transporter: { ok: true }, intake: { ok: true } });
-				expect(running.output()).toContain("Durable intake ready");
-				expect(running.output()).not.toMatch(/Authorization Violation/i);
-				expect(running.output()).not.toContain(encodeURIComponent(token));
-				expect(running.output()).not.toContain(token);
+				expect(running.output()).not.toContain(encodeURIComponent(secret));
+				expect(running.output()).not.toContain(secret);
 			} finally {
 				running.child.kill("SIGTERM");
 				await exitWithin(running, 30_000);
