@@ -3,7 +3,8 @@
 // down failed at once with a bare "CONNECTION_REFUSED", and one whose database is down printed
 // knex's stack traces: neither said which setting or address was at fault. A dependency that is
 // still starting (compose, a rebooting host) gets the whole wait; one that refuses this node's
-// credentials or database name will not change its mind, so that stops at once.
+// credentials, database name or TLS certificate, presents a certificate the node cannot trust, or
+// has no TLS where the node demands it will not change its mind, so that stops at once.
 import { setTimeout as sleep } from "node:timers/promises";
 import knex from "knex";
 import { invalidConfiguration, type AppConfig } from "./config";
