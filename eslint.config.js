@@ -16,8 +16,8 @@ module.exports = tseslint.config(
 			// lib/tracing.ts loads OpenTelemetry only when an OTLP endpoint is configured; the dispatcher
 			// loads the in-process sender (and undici) only when it has no sender threads; only a cluster
 			// node loads nats.js and the JetStream intake (moleculer.config.ts, lib/intake-channel.ts,
-			// lib/startup-dependencies.ts); the ops server loads the token verifier (and jose) on the
-			// first remote caller with a token.
+			// lib/startup-dependencies.ts, lib/connection-urls.ts); the ops server loads the token
+			// verifier (and jose) on the first remote caller with a token.
 			"@typescript-eslint/no-require-imports": ["error", { allow: ["^\\./services/", "^\\./tracing-sdk$", "^\\.\\./lib/webhook-sender$", "^\\./lib/intake-jetstream$", "^nats$", "^\\./auth$"] }],
 		},
 	},

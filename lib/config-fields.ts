@@ -95,6 +95,8 @@ function pemFileHolding(marker: RegExp, what: string) {
 
 export const pemFile = pemFileHolding(/-----BEGIN CERTIFICATE-----/, "PEM certificate");
 export const pemKeyFile = pemFileHolding(/-----BEGIN [A-Z ]*PRIVATE KEY-----/, "PEM private key");
+/** What `nsc` and NATS's cloud hand out: a user's JWT and its NKey seed. */
+export const natsCredsFile = pemFileHolding(/-----BEGIN NATS USER JWT-----[\s\S]*-----BEGIN USER NKEY SEED-----/, "NATS user JWT and NKey seed (a .creds file)");
 
 export const base64Key32 = z
 	.string()

@@ -7,7 +7,7 @@ import path from "node:path";
 import crypto from "node:crypto";
 import { z } from "zod";
 import type { ServiceBroker } from "moleculer";
-import { base64Key32, cidrList, csv, duration, httpUrl, isSmtpServer, natsServerList, originList, otlpEndpoint, otlpProtocol, pemFile, pemKeyFile, port, positiveInt, postgresUrl, schedule, wholeNumber } from "./config-fields";
+import { base64Key32, cidrList, csv, duration, httpUrl, isSmtpServer, natsCredsFile, natsServerList, originList, otlpEndpoint, otlpProtocol, pemFile, pemKeyFile, port, positiveInt, postgresUrl, schedule, wholeNumber } from "./config-fields";
 import { senderDomain } from "./email-message";
 
 /**
@@ -19,7 +19,7 @@ export const MAIL_TO_FILES = "file:";
 
 export const TRACE_SAMPLERS = ["always_on", "always_off", "traceidratio", "parentbased_always_on", "parentbased_always_off", "parentbased_traceidratio"] as const;
 
-const NATS_TLS_VARIABLES = ["NATS_CA_FILE", "NATS_CERT_FILE", "NATS_KEY_FILE"] as const;
+const NATS_FILE_VARIABLES = ["NATS_CA_FILE", "NATS_CERT_FILE", "NATS_KEY_FILE", "NATS_CREDS_FILE"] as const;
 
 /** The NODE_ENV values that say what they mean; any other runs as development, with a warning. */
 const KNOWN_NODE_ENVS = ["development", "production", "test"];
@@ -48,6 +48,8 @@ export const EnvSchema = z.object({
 	NATS_CA_FILE: pemFile.optional(),
 	NATS_CERT_FILE: pemFile.optional(),
 	NATS_KEY_FILE: pemKeyFile.optional(),
+	// Decentralized auth (JWT): the user's credentials as `nsc` or a NATS cloud hands them out.
+	NATS_CREDS_FILE: natsCredsFile.optional(),
 	// A NATS subject token and part of JetStream's stream names: a space, "*", ">" or "/" there made
 	// the intake's provisioning fail at start-up with a message that named no variable.
 	NAMESPACE: z
@@ -230,7 +232,10 @@ function parseVariables(variables: Record<string, string>): { config?: AppConfig
 		const missing = variables.NATS_CERT_FILE ? "NATS_KEY_FILE" : "NATS_CERT_FILE";
 		problems.push(`${missing}: missing; NATS_CERT_FILE and NATS_KEY_FILE must be set together`);
 	}
-	for (const name of NATS_TLS_VARIABLES) {
+	if (variables.NATS_CREDS_FILE && variables.TRANSPORTER && /\/\/[^/@]*@/.test(variables.TRANSPORTER)) {
+		problems.push("NATS_CREDS_FILE: set beside a user name, password or token in TRANSPORTER; a node logs in to NATS one way, so keep one of them");
+	}
+	for (const name of NATS_FILE_VARIABLES) {
 		if (variables[name] && !variables.TRANSPORTER) problems.push(`${name}: set without TRANSPORTER; it is for the connection to NATS, which only a cluster node opens`);
 	}
 	if (result.success && result.data.DELIVERY_MAX_LEASES !== undefined && result.data.DELIVERY_MAX_LEASES < result.data.DELIVERY_CONCURRENCY) {

@@ -2,6 +2,7 @@
 // NATS, as the clients take them and as logs may show them.
 import fs from "node:fs";
 import tls from "node:tls";
+import type { Authenticator } from "nats";
 
 /** NATS's convention: a user name with no password (nats://s3cret@nats:4222) is a token. */
 function isNatsToken(url: URL): boolean {
@@ -25,11 +26,12 @@ export function maskedUrl(text: string): string {
 		.join(",");
 }
 
-/** The settings of a node's TLS to NATS (lib/config.ts); an AppConfig has them. */
-export interface NatsTlsFiles {
+/** The files a node's connections to NATS read (lib/config.ts); an AppConfig has them. */
+export interface NatsFiles {
 	NATS_CA_FILE?: string;
 	NATS_CERT_FILE?: string;
 	NATS_KEY_FILE?: string;
+	NATS_CREDS_FILE?: string;
 }
 
 /** nats.js's TLS options: present, even empty, they make the client refuse a connection without TLS. */
@@ -45,7 +47,15 @@ export interface NatsServerOptions {
 	user?: string;
 	pass?: string;
 	token?: string;
+	/** From NATS_CREDS_FILE: signs the server's challenge with the user's key and sends its JWT. */
+	authenticator?: Authenticator;
 	tls?: NatsTlsOptions;
+}
+
+/** nats.js's authenticator for a .creds file, nats.js loaded only here: an embedded node never opens a connection. */
+function credsAuthenticatorOf(creds: Buffer): Authenticator {
+	const { credsAuthenticator } = require("nats") as typeof import("nats");
+	return credsAuthenticator(creds);
 }
 
 function natsCredentials(url: URL | undefined): Pick<NatsServerOptions, "user" | "pass" | "token"> {
@@ -62,7 +72,7 @@ function natsCredentials(url: URL | undefined): Pick<NatsServerOptions, "user" |
  * Without any of the TLS settings nats.js still takes TLS when the server demands it, trusting the
  * public roots only.
  */
-export function natsServerOptions(transporter: string, files: NatsTlsFiles = {}): NatsServerOptions {
+export function natsServerOptions(transporter: string, files: NatsFiles = {}): NatsServerOptions {
 	const urls = transporter.split(",").map(server => new URL(server.trim()));
 	const withCredentials = urls.find(url => url.username);
 	const read = (file: string) => fs.readFileSync(file, "utf8");
@@ -71,6 +81,7 @@ export function natsServerOptions(transporter: string, files: NatsTlsFiles = {})
 	return {
 		servers: urls.map(url => url.host),
 		...natsCredentials(withCredentials),
+		...(files.NATS_CREDS_FILE ? { authenticator: credsAuthenticatorOf(fs.readFileSync(files.NATS_CREDS_FILE)) } : {}),
 		...(demandsTls
 			? {
 					tls: {

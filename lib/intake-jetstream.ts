@@ -14,7 +14,7 @@ import { Adapters, Middleware as ChannelsMiddleware } from "@moleculer/channels"
 import type { Middleware, ServiceBroker } from "moleculer";
 import { connect, nanos, type ConsumerConfig, type JetStreamManager, type NatsConnection } from "nats";
 import { ConfigError, type AppConfig } from "./config";
-import { maskedUrl, natsServerOptions, type NatsTlsFiles } from "./connection-urls";
+import { maskedUrl, natsServerOptions, type NatsFiles } from "./connection-urls";
 import { INTAKE_GROUPS, INTAKE_MAX_IN_FLIGHT, INTAKE_STREAM_SETTINGS, intakeDeliverSubject, intakeNames, type IntakeGroup, type IntakeNames } from "./intake-channel";
 
 /**
@@ -65,8 +65,8 @@ async function ensureConsumer(manager: JetStreamManager, stream: string, config:
 }
 
 /** A plain NATS connection from a TRANSPORTER value (one or more comma-separated nats:// or tls:// URLs). */
-export function connectToNats(natsUrl: string, name: string, tlsFiles: NatsTlsFiles = {}): Promise<NatsConnection> {
-	return connect({ ...natsServerOptions(natsUrl, tlsFiles), name });
+export function connectToNats(natsUrl: string, name: string, natsFiles: NatsFiles = {}): Promise<NatsConnection> {
+	return connect({ ...natsServerOptions(natsUrl, natsFiles), name });
 }
 
 /** Removes the intake's streams of a namespace (throw-away namespaces of tests and benchmarks). */

@@ -8,7 +8,7 @@
 import { setTimeout as sleep } from "node:timers/promises";
 import knex from "knex";
 import { invalidConfiguration, type AppConfig } from "./config";
-import { maskedUrl, natsServerOptions, type NatsTlsFiles } from "./connection-urls";
+import { maskedUrl, natsServerOptions, type NatsFiles } from "./connection-urls";
 
 /** Exit status for "a service this program needs is unavailable" (sysexits.h EX_UNAVAILABLE). */
 export const EXIT_UNAVAILABLE = 69;
@@ -50,14 +50,14 @@ const UNTRUSTED_CERTIFICATE = new Set([
 // The server's TLS alert for a client certificate it wants and did not get, or does not accept.
 const CLIENT_CERTIFICATE_REFUSED = /^ERR_SSL_(SSLV3_ALERT_BAD_CERTIFICATE|TLSV13_ALERT_CERTIFICATE_REQUIRED|TLSV1_ALERT_UNKNOWN_CA|SSLV3_ALERT_CERTIFICATE_UNKNOWN)$/;
 
-function natsDependency(transporter: string, tlsFiles: NatsTlsFiles): Dependency {
+function natsDependency(transporter: string, natsFiles: NatsFiles): Dependency {
 	return {
 		variable: "TRANSPORTER",
 		label: `NATS at ${maskedUrl(transporter)}`,
 		async probe(timeoutMs) {
 			// nats.js loads only here, in a cluster node: an embedded one never opens a connection.
 			const { connect } = require("nats") as typeof import("nats");
-			const connection = await connect({ ...natsServerOptions(transporter, tlsFiles), name: "startup-check", timeout: timeoutMs, reconnect: false });
+			const connection = await connect({ ...natsServerOptions(transporter, natsFiles), name: "startup-check", timeout: timeoutMs, reconnect: false });
 			await connection.close();
 		},
 		refusal(err) {

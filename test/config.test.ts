@@ -8,6 +8,7 @@ import tls from "node:tls";
 import { ALL_SERVICES, ConfigError, EnvSchema, LEASES_PER_CONCURRENT_ATTEMPT, loadConfig, parseConfig, resolveSecrets } from "../lib/config";
 import { maskedUrl, natsServerOptions } from "../lib/connection-urls";
 import { ensureDevelopmentCertificates } from "../lib/dev-certificates";
+import { makeNatsAccounts } from "./helpers/nats-accounts";
 import { serviceCommand } from "./helpers/service-build";
 
 const ROOT = path.resolve(__dirname, "..");
@@ -173,7 +174,7 @@ describe("configuration", () => {
 		expect(configError({ TRANSPORTER: "tls://a:4222,nats://b:4222" })).toMatch(/^\s*TRANSPORTER: mixes nats:\/\/ and tls:\/\/ entries; TLS is one choice for every server/m);
 	});
 
-	describe("TLS to NATS", () => {
+	describe("TLS and credentials for NATS", () => {
 		const certificates = () => ensureDevelopmentCertificates(path.join(newDataDir(), "certificates"));
 
 		it("takes a CA, and a certificate with its key, for a cluster node", () => {
@@ -188,6 +189,14 @@ describe("configuration", () => {
 			expect(message).toMatch(/^ {2}NATS_KEY_FILE: .*ca\.pem holds no PEM private key$/m);
 			expect(message).toMatch(/^ {2}NATS_CERT_FILE: missing; NATS_CERT_FILE and NATS_KEY_FILE must be set together$/m);
 			expect(configError({ TRANSPORTER: "nats://nats:4222", NATS_CERT_FILE: "/nonexistent.pem", DATA_DIR: newDataDir() })).toMatch(/NATS_CERT_FILE: cannot read \/nonexistent.pem \(ENOENT\)/);
+		});
+
+		it("takes a .creds file for decentralized auth, alone: not beside credentials in TRANSPORTER, nor a file that is no .creds", async () => {
+			const { credsFile } = await makeNatsAccounts(path.join(newDataDir(), "accounts"));
+			expect(parseConfig({ TRANSPORTER: "tls://connect.example.com", NATS_CREDS_FILE: credsFile }).NATS_CREDS_FILE).toBe(credsFile);
+			expect(typeof natsServerOptions("tls://connect.example.com", { NATS_CREDS_FILE: credsFile }).authenticator).toBe("function");
+			expect(configError({ TRANSPORTER: "nats://user:pass@nats:4222", NATS_CREDS_FILE: credsFile, DATA_DIR: newDataDir() })).toMatch(/^ {2}NATS_CREDS_FILE: set beside a user name, password or token in TRANSPORTER; a node logs in to NATS one way/m);
+			expect(configError({ TRANSPORTER: "nats://nats:4222", NATS_CREDS_FILE: certificates().caFile, DATA_DIR: newDataDir() })).toMatch(/^ {2}NATS_CREDS_FILE: .*ca\.pem holds no NATS user JWT and NKey seed \(a \.creds file\)$/m);
 		});
 
 		it("refuses them on a node without TRANSPORTER, which opens no connection to NATS", () => {

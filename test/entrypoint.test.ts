@@ -14,6 +14,7 @@ import { freePort } from "./helpers/net";
 import { ensureBuilt } from "./helpers/compiled-build";
 import { serviceCommand } from "./helpers/service-build";
 import { startNatsServer, type NatsServer } from "./helpers/nats-server";
+import { makeNatsAccounts } from "./helpers/nats-accounts";
 import { describeWhere, dropTestSchema, TEST_DATABASE_URL, TEST_NATS_URL } from "./helpers/services";
 import { dropIntakeStreams } from "../lib/intake-jetstream";
 
@@ -349,16 +350,33 @@ describe("the server process", () => {
 
 		const PASSWORD = "p@ss:w/rd%";
 		const TOKEN = "t0ken/with:odd@chars";
-		it.each([
-			{ wants: "a user and password, given percent-encoded in TRANSPORTER's URL", serverArgs: ["--user", "webhooks", "--pass", PASSWORD], credentials: `webhooks:${encodeURIComponent(PASSWORD)}`, secret: PASSWORD },
-			{ wants: "a token, given as the URL's user name", serverArgs: ["--auth", TOKEN], credentials: encodeURIComponent(TOKEN), secret: TOKEN },
-		])("joins a NATS server that wants $wants, and never prints it", async ({ serverArgs, credentials, secret }) => {
+		/** How a server wants a node to log in: its arguments, the node's variables, and the secret never to print. */
+		type Login = { serverArgs: string[]; env: (port: number) => Record<string, string>; secret: string };
+		it.each<{ wants: string; login: () => Promise<Login> }>([
+			{
+				wants: "a user and password, given percent-encoded in TRANSPORTER's URL",
+				login: async () => ({ serverArgs: ["--user", "webhooks", "--pass", PASSWORD], env: port => ({ TRANSPORTER: `nats://webhooks:${encodeURIComponent(PASSWORD)}@127.0.0.1:${port}` }), secret: PASSWORD }),
+			},
+			{
+				wants: "a token, given as the URL's user name",
+				login: async () => ({ serverArgs: ["--auth", TOKEN], env: port => ({ TRANSPORTER: `nats://${encodeURIComponent(TOKEN)}@127.0.0.1:${port}` }), secret: TOKEN }),
+			},
+			{
+				wants: "a user's JWT (decentralized auth), given as NATS_CREDS_FILE",
+				login: async () => {
+					const accounts = await makeNatsAccounts(path.join(dataDir(), "nats-accounts"));
+					const seed = /SU[A-Z2-7]{56}/.exec(fs.readFileSync(accounts.credsFile, "utf8"))![0];
+					return { serverArgs: ["-c", accounts.serverConfigFile], env: () => ({ NATS_CREDS_FILE: accounts.credsFile }), secret: seed };
+				},
+			},
+		])("joins a NATS server that wants $wants, and never prints it", async ({ login }) => {
+			const { serverArgs, env, secret } = await login();
 			nats = await startNatsServer();
 			await nats.stop();
 			await nats.start(serverArgs);
 			// The start-up check, the transporter, the intake's provisioning and its channel adapter
 			// each open a connection of their own: every one of them must log in.
-			const { running, opsPort } = await startNode("topics", "entry-auth", { TRANSPORTER: `nats://${credentials}@127.0.0.1:${nats.port}` });
+			const { running, opsPort } = await startNode("topics", "entry-auth", env(nats.port));
 			try {
 				const up = await waitForHealth(running, opsPort, 200);
 				expect(up.checks).toMatchObject({ transporter: { ok: true }, intake: { ok: true } });
@@ -370,6 +388,16 @@ describe("the server process", () => {
 				running.child.kill("SIGTERM");
 				await exitWithin(running, 30_000);
 			}
+		});
+
+		it("stops at once, exit 78, when NATS refuses the user of NATS_CREDS_FILE", async () => {
+			const accounts = await makeNatsAccounts(path.join(dataDir(), "nats-accounts"));
+			nats = await startNatsServer();
+			await nats.stop();
+			await nats.start(["-c", accounts.serverConfigFile]);
+			const { running } = await startNode("topics", "entry-stranger", { NATS_CREDS_FILE: accounts.strangerCredsFile });
+			expect(await exitWithin(running, 30_000)).toBe(78);
+			expect(running.output()).toMatch(/TRANSPORTER: NATS at nats:\/\/127\.0\.0\.1:\d+ refused this node's credentials \(AUTHORIZATION_VIOLATION\)/);
 		});
 
 		it("waits at start-up for a NATS server that comes up within STARTUP_CONNECT_TIMEOUT", async () => {
