@@ -1,9 +1,10 @@
-// PostgreSQL over TLS, as managed databases demand it: the test's own PostgreSQL takes TLS
-// connections only (hostssl), with a certificate of a CA of its own. A node given
-// DATABASE_URL=…?sslmode=verify-full&sslrootcert=<the CA> runs its migrations and answers
-// /health, every connection it holds being TLS. A node that cannot trust the certificate, one that
-// asks for no TLS, and one that demands TLS of a server without it stop at start-up with exit 78,
-// naming DATABASE_URL and what to change, instead of waiting out STARTUP_CONNECT_TIMEOUT.
+// PostgreSQL over TLS, as locked-down databases demand it: the test's own PostgreSQL takes TLS
+// connections only (hostssl) that present a client certificate of its CA (clientcert=verify-ca),
+// its own certificate signed by that CA. A node given DATABASE_URL=…?sslmode=verify-full with
+// sslrootcert, sslcert and sslkey runs its migrations and answers /health, every connection it
+// holds being TLS. A node that cannot trust the certificate, one without a client certificate,
+// one that asks for no TLS, and one that demands TLS of a server without it stop at start-up with
+// exit 78, naming DATABASE_URL and what to change, instead of waiting out STARTUP_CONNECT_TIMEOUT.
 import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
@@ -22,7 +23,7 @@ describeWithPostgres("PostgreSQL over TLS", () => {
 	const nodes: RoleProcess[] = [];
 
 	beforeAll(async () => {
-		pg = await startPostgresServer({ tlsOnly: true });
+		pg = await startPostgresServer({ mutualTls: true });
 		root = fs.mkdtempSync(path.join(os.tmpdir(), "swh-pg-tls-"));
 	}, 120_000);
 	afterAll(async () => {
@@ -55,11 +56,15 @@ describeWithPostgres("PostgreSQL over TLS", () => {
 		return node;
 	}
 
-	it("runs on a server that takes TLS only, given the CA that signed its certificate, every connection TLS", async () => {
-		const tlsUrl = `${pg!.url}?sslmode=verify-full&sslrootcert=${encodeURIComponent(pg!.caFile!)}`;
-		const node = await startNode("verified", tlsUrl);
+	/** The server's URL with sslmode=verify-full and the query's other TLS parameters. */
+	const tlsUrl = (parameters: Record<string, string>) => `${pg!.url}?${new URLSearchParams({ sslmode: "verify-full", ...parameters })}`;
+
+	it("runs on a server that takes TLS only, given its CA and a client certificate, every connection TLS", async () => {
+		const { caFile, certFile, keyFile } = pg!.tls!;
+		const verifiedUrl = tlsUrl({ sslrootcert: caFile, sslcert: certFile, sslkey: keyFile });
+		const node = await startNode("verified", verifiedUrl);
 		await node.waitHealthy();
-		const admin = knex({ client: "pg", connection: tlsUrl, pool: { min: 0, max: 1 } });
+		const admin = knex({ client: "pg", connection: verifiedUrl, pool: { min: 0, max: 1 } });
 		try {
 			// The migrations wrote the service's tables through those connections.
 			expect(await admin.schema.hasTable("webhooks")).toBe(true);
@@ -74,9 +79,15 @@ describeWithPostgres("PostgreSQL over TLS", () => {
 	}, 120_000);
 
 	it("stops a node that does not trust the server's certificate: exit 78, naming sslrootcert", async () => {
-		const node = await startNode("untrusted", `${pg!.url}?sslmode=verify-full`);
+		const node = await startNode("untrusted", tlsUrl({}));
 		expect(await node.exited).toEqual({ code: 78, signal: null });
-		expect(node.tail()).toMatch(/DATABASE_URL: PostgreSQL at postgres:\/\/postgres@127\.0\.0\.1:\d+\/postgres\?sslmode=verify-full presented a certificate this node does not trust \(UNABLE_TO_VERIFY_LEAF_SIGNATURE\); sslrootcert=<file> in DATABASE_URL names the CA that signed it/);
+		expect(node.tail()).toMatch(/DATABASE_URL: PostgreSQL at postgres:\/\/postgres@127\.0\.0\.1:\d+\/postgres\?sslmode=verify-full presented a certificate this node does not trust \((UNABLE_TO_VERIFY_LEAF_SIGNATURE|SELF_SIGNED_CERT_IN_CHAIN)\); sslrootcert=<file> in DATABASE_URL names the CA that signed it/);
+	}, 60_000);
+
+	it("stops a node without a client certificate: exit 78, with the server's refusal", async () => {
+		const node = await startNode("no-client-certificate", tlsUrl({ sslrootcert: pg!.tls!.caFile }));
+		expect(await node.exited).toEqual({ code: 78, signal: null });
+		expect(node.tail()).toMatch(/DATABASE_URL: PostgreSQL at postgres:\/\/postgres@127\.0\.0\.1:\d+\/postgres\?sslmode=verify-full&sslrootcert=\S+ refused the connection: .*certificate/);
 	}, 60_000);
 
 	it("stops a node that asks a TLS-only server for no TLS: exit 78, with the server's refusal", async () => {

@@ -8,7 +8,7 @@
 //   await pg.crash();               // pg_ctl stop -m immediate
 //   await pg.start();               // same port, same data: crash recovery, then ready
 //   await pg.close();               // stops it and removes its folder
-//   const pg = await startPostgresServer({ tlsOnly: true });  // TLS only: pg.caFile signed its certificate
+//   const pg = await startPostgresServer({ mutualTls: true });  // TLS only, client certificates: pg.tls
 //
 // PostgreSQL refuses to run as root; as root (CI) its programs run as the `postgres` user, who
 // owns the folder.
@@ -36,8 +36,11 @@ export function postgresBinDir(): string | undefined {
 export interface PostgresServer {
 	readonly port: number;
 	readonly url: string;
-	/** With tlsOnly: the CA that signed the server's certificate, for sslrootcert. */
-	readonly caFile?: string;
+	/**
+	 * With mutualTls: the CA that signed the server's certificate (sslrootcert), and a client
+	 * certificate of that CA with its key (sslcert, sslkey).
+	 */
+	readonly tls?: { caFile: string; certFile: string; keyFile: string };
 	start(): Promise<void>;
 	/** An immediate shutdown, as a crash: no checkpoint, the WAL not yet flushed is lost. */
 	crash(): Promise<void>;
@@ -45,10 +48,11 @@ export interface PostgresServer {
 }
 
 /**
- * `tlsOnly`: the server takes TLS connections only (hostssl in pg_hba.conf), its certificate signed
- * by a CA of its own, made in its folder.
+ * `mutualTls`: the server takes TLS connections only (hostssl in pg_hba.conf) that present a
+ * client certificate of its CA (clientcert=verify-ca), its own certificate signed by that CA, made
+ * in its folder.
  */
-export async function startPostgresServer(options: { tlsOnly?: boolean } = {}): Promise<PostgresServer> {
+export async function startPostgresServer(options: { mutualTls?: boolean } = {}): Promise<PostgresServer> {
 	const bin = postgresBinDir();
 	if (!bin) throw new Error("PostgreSQL's server programs were not found (install Debian's postgresql, or set PG_BIN_DIR)");
 	const root = fs.mkdtempSync(path.join(os.tmpdir(), "swh-pg-"));
@@ -68,17 +72,18 @@ export async function startPostgresServer(options: { tlsOnly?: boolean } = {}): 
 	};
 	await pgRun("initdb", ["-D", dataDir, "-U", "postgres", "--auth=trust", "-E", "UTF8", "--no-sync", "--no-instructions"]);
 	let tlsOptions = "";
-	let caFile: string | undefined;
-	if (options.tlsOnly) {
+	let tls: PostgresServer["tls"];
+	if (options.mutualTls) {
 		const certificates = ensureDevelopmentCertificates(path.join(root, "certificates"));
-		caFile = certificates.caFile;
+		// The development certificate serves for either end (it allows clientAuth too).
+		tls = { caFile: certificates.caFile, certFile: certificates.certFile, keyFile: certificates.keyFile };
 		// PostgreSQL reads its key only when the key is its own and no one else may read it.
 		const { uid, gid } = fs.statSync(dataDir);
 		for (const file of [certificates.certFile, certificates.keyFile]) fs.chownSync(file, uid, gid);
 		fs.chownSync(path.dirname(certificates.keyFile), uid, gid);
 		const hba = path.join(dataDir, "pg_hba.conf");
-		fs.writeFileSync(hba, fs.readFileSync(hba, "utf8").replace(/^host(\s)/gm, "hostssl$1"));
-		tlsOptions = ` -c ssl=on -c ssl_cert_file=${certificates.certFile} -c ssl_key_file=${certificates.keyFile}`;
+		fs.writeFileSync(hba, fs.readFileSync(hba, "utf8").replace(/^host(\s.*)$/gm, "hostssl$1 clientcert=verify-ca"));
+		tlsOptions = ` -c ssl=on -c ssl_cert_file=${certificates.certFile} -c ssl_key_file=${certificates.keyFile} -c ssl_ca_file=${certificates.caFile}`;
 	}
 	let closed = false;
 	let running = false;
@@ -86,7 +91,7 @@ export async function startPostgresServer(options: { tlsOnly?: boolean } = {}): 
 	const server: PostgresServer = {
 		port,
 		url: `postgres://postgres@127.0.0.1:${port}/postgres`,
-		caFile,
+		tls,
 		async start() {
 			if (closed) throw new Error(`the PostgreSQL server on port ${port} was closed`);
 			// -w: pg_ctl returns once the server accepts connections (after any crash recovery).
