@@ -1,5 +1,5 @@
-// The servers' URLs an operator gives (TRANSPORTER, DATABASE_URL) and the files of the TLS to
-// NATS, as the clients take them and as logs may show them.
+// The servers' URLs an operator gives (TRANSPORTER, DATABASE_URL) and the files of NATS's TLS and
+// credentials, as the clients take them and as logs may show them.
 import fs from "node:fs";
 import tls from "node:tls";
 import type { Authenticator } from "nats";
@@ -66,7 +66,7 @@ function natsCredentials(url: URL | undefined): Pick<NatsServerOptions, "user" |
 
 /**
  * nats.js's options for a TRANSPORTER value (one or more comma-separated nats:// or tls:// URLs)
- * and the node's TLS files. nats.js reads only host and port from a server: a user and password in
+ * and the node's NATS files (TLS, .creds). nats.js reads only host and port from a server: a user and password in
  * the URL, or a token (a user name alone), become options of their own, taken from the first URL
  * that has them, percent-decoded.
  * Without any of the TLS settings nats.js still takes TLS when the server demands it, trusting the
