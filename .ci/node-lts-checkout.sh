@@ -38,8 +38,12 @@ fill_once() {
 NODE_GYP="$(dirname "$(readlink -f "$(command -v npm)")")/../node_modules/node-gyp/bin/node-gyp.js"
 
 step "Node $LTS_MAJOR from the npm registry"
-# The newest of the line, as the image gets it.
-NODE_VERSION="$(npm view "node@$LTS_MAJOR" version --json | node -e 'const found = JSON.parse(require("fs").readFileSync(0, "utf8")); console.log([].concat(found).pop())')"
+# The newest of the line, as the image gets it (npm lists the versions in text order: 24.9 last).
+NODE_VERSION="$(npm view "node@$LTS_MAJOR" version --json | node -e '
+	const parts = version => version.split(".").map(Number);
+	const newest = [].concat(JSON.parse(require("fs").readFileSync(0, "utf8"))).sort((a, b) => parts(a).reduce((order, part, i) => order || part - parts(b)[i], 0)).pop();
+	console.log(newest);
+')"
 NODE_PREFIX="$MACHINE_CACHE/node-$NODE_VERSION"
 install_node() { npm install --no-save --no-package-lock --prefix "$1" "node@$NODE_VERSION"; }
 fill_once "$NODE_PREFIX" install_node || fail "node@$NODE_VERSION did not install"
