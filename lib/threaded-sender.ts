@@ -188,8 +188,11 @@ export class ThreadedWebhookSender implements DeliverySender {
 	}
 }
 
-// The metrics of one scrape share a reading: each reading restarts the threads' loop figures.
-const LOOP_READING_MS = 1_000;
+/**
+ * The metrics of one scrape share a reading of the sender threads, taken again once it is this old:
+ * each reading restarts the threads' loop figures. A scrape may so show a count up to this old.
+ */
+export const LOOP_READING_MS = 1_000;
 
 const CONNECTIONS_OPENED = "webhook_connections_opened_total";
 const CONNECTIONS_OPENED_HELP = "Connections opened to webhook receivers; beside webhook_delivery_attempts_total, whether receivers keep them alive";
