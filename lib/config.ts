@@ -8,6 +8,7 @@ import crypto from "node:crypto";
 import { z } from "zod";
 import type { ServiceBroker } from "moleculer";
 import { base64Key32, cidrList, csv, duration, httpUrl, isSmtpServer, natsCredsFile, natsServerList, originList, otlpEndpoint, otlpProtocol, pemFile, pemKeyFile, port, positiveInt, postgresUrl, schedule, wholeNumber } from "./config-fields";
+import { natsUrlWithCredentials } from "./connection-urls";
 import { senderDomain } from "./email-message";
 
 /**
@@ -232,7 +233,9 @@ function parseVariables(variables: Record<string, string>): { config?: AppConfig
 		const missing = variables.NATS_CERT_FILE ? "NATS_KEY_FILE" : "NATS_CERT_FILE";
 		problems.push(`${missing}: missing; NATS_CERT_FILE and NATS_KEY_FILE must be set together`);
 	}
-	if (variables.NATS_CREDS_FILE && variables.TRANSPORTER && /\/\/[^/@]*@/.test(variables.TRANSPORTER)) {
+	// Judged whenever TRANSPORTER itself is valid, so that it is listed beside any other problem.
+	const transporterValid = variables.TRANSPORTER !== undefined && EnvSchema.shape.TRANSPORTER.safeParse(variables.TRANSPORTER).success;
+	if (variables.NATS_CREDS_FILE && transporterValid && natsUrlWithCredentials(variables.TRANSPORTER)) {
 		problems.push("NATS_CREDS_FILE: set beside a user name, password or token in TRANSPORTER; a node logs in to NATS one way, so keep one of them");
 	}
 	for (const name of NATS_FILE_VARIABLES) {

@@ -58,6 +58,14 @@ function credsAuthenticatorOf(creds: Buffer): Authenticator {
 	return credsAuthenticator(creds);
 }
 
+/** The first of TRANSPORTER's URLs with a user name, password or token in it, if any. */
+export function natsUrlWithCredentials(transporter: string): URL | undefined {
+	return transporter
+		.split(",")
+		.map(server => new URL(server.trim()))
+		.find(url => url.username);
+}
+
 function natsCredentials(url: URL | undefined): Pick<NatsServerOptions, "user" | "pass" | "token"> {
 	if (!url) return {};
 	if (isNatsToken(url)) return { token: decodeURIComponent(url.username) };
@@ -66,21 +74,19 @@ function natsCredentials(url: URL | undefined): Pick<NatsServerOptions, "user" |
 
 /**
  * nats.js's options for a TRANSPORTER value (one or more comma-separated nats:// or tls:// URLs)
- * and the node's NATS files (TLS, .creds). nats.js reads only host and port from a server: a user and password in
- * the URL, or a token (a user name alone), become options of their own, taken from the first URL
- * that has them, percent-decoded.
- * Without any of the TLS settings nats.js still takes TLS when the server demands it, trusting the
- * public roots only.
+ * and the node's NATS files (TLS, .creds). nats.js reads only host and port from a server: a user
+ * and password in the URL, or a token (a user name alone), become options of their own, taken from
+ * the first URL that has them, percent-decoded. Without any of the TLS settings nats.js still takes
+ * TLS when the server demands it, trusting the public roots only.
  */
 export function natsServerOptions(transporter: string, files: NatsFiles = {}): NatsServerOptions {
 	const urls = transporter.split(",").map(server => new URL(server.trim()));
-	const withCredentials = urls.find(url => url.username);
 	const read = (file: string) => fs.readFileSync(file, "utf8");
 	// tls:// in TRANSPORTER, or a CA or a certificate of this node's own.
 	const demandsTls = urls.some(url => url.protocol === "tls:") || Boolean(files.NATS_CA_FILE || files.NATS_CERT_FILE);
 	return {
 		servers: urls.map(url => url.host),
-		...natsCredentials(withCredentials),
+		...natsCredentials(natsUrlWithCredentials(transporter)),
 		...(files.NATS_CREDS_FILE ? { authenticator: credsAuthenticatorOf(fs.readFileSync(files.NATS_CREDS_FILE)) } : {}),
 		...(demandsTls
 			? {
