@@ -56,7 +56,7 @@ import { generateWebhookSecret } from "../lib/crypto";
 import { testCertificate } from "../test/helpers/https-receiver";
 import { startChild } from "./lib/child";
 import { probe, probeAll, type Probe } from "./lib/cluster-nodes";
-import { closedLoopRate, CONCURRENCY, DATABASE_URL, deploy, type Deployment, EVENTS, LATENCY_ROUNDS, NATS_URL, OFFERED, orderEvent, removeLeftoversOnSignal, removeStreams, runSchemaName, throughput, WARM_UP_EVENTS, withRelay } from "./lib/deployment";
+import { closedLoopRate, CONCURRENCY, DATABASE_URL, deploy, type Deployment, EVENTS, LATENCY_ROUNDS, OFFERED, orderEvent, removeLeftoversOnSignal, removeStreams, runSchemaName, throughput, WARM_UP_EVENTS, withRelay } from "./lib/deployment";
 import { monotonicMs, type ReceiverReady } from "./lib/receiver";
 import { Receivers } from "./lib/receivers";
 import { againstFloor, backlogScenario, MODES as BACKLOG_MODES, processesOf, type BacklogHarness } from "./lib/backlog";
@@ -257,7 +257,6 @@ export async function run(): Promise<object> {
 			} else if (scenario === "backlog") {
 				const harness: BacklogHarness = {
 					receivers,
-					natsUrl: NATS_URL,
 					deploy: options => deploy({ ...options, caFile }),
 					closedLoop: (deployment, events) => throughput(deployment, receivers, events),
 					orderEvent: () => orderEvent(),

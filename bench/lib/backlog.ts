@@ -5,7 +5,8 @@
 //
 // Per mode (SQLite one node, PostgreSQL one node, the cluster: a gateway node, a notifier and two
 // dispatcher processes on PostgreSQL and JetStream) and per layout (each webhook on its own
-// origin, or all ten on one host, as behind one API gateway), on one deployment that stays up:
+// origin, or all ten on one host, as behind one API gateway), on one deployment that stays up
+// (and cluster_tls, not by default: the cluster on a NATS of its own that takes TLS only):
 //   1. a burst of SMALL deliveries on the freshly started node (its first work: cold code, new
 //      connections),
 //   2. WARM_BURSTS more of SMALL (their median is the warm rate), then one after each idle spell
@@ -27,11 +28,15 @@
 // CPU per delivery during each burst: the service's processes (all their threads), PostgreSQL
 // (every postgres process) and nats-server, read from /proc, beside the receivers' (apart).
 import crypto from "node:crypto";
+import fs from "node:fs";
+import os from "node:os";
+import path from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
 import type { Knex } from "knex";
 import { orderStatusMessage } from "../../lib/schemas/deliveries";
 import { TASKING_ORDER_STATUS_TOPIC, type TaskingOrderStatusEvent } from "../../lib/schemas/events";
 import { connect, type NatsConnection } from "nats";
+import { natsServerOptions, type NatsFiles } from "../../lib/connection-urls";
 import type { ChildServer } from "./child";
 import type { ProbeFigures, ProbeWindow } from "./event-loop-probe";
 import { databaseCounters, databaseWorkBetween, type DatabaseWork } from "./database-work";
@@ -39,6 +44,7 @@ import { BROKER_PROCESSES, DATABASE_PROCESSES, cpuSecondsBetween, cpuSecondsByPi
 import { monotonicMs } from "./receiver";
 import type { Receivers } from "./receivers";
 import { mean, percentile, ratioOrNull, round } from "./stats";
+import { startNatsServer } from "../../test/helpers/nats-server";
 
 const SMALL = Number(process.env.BENCH_BACKLOG_SMALL ?? 5_000);
 const LARGE = Number(process.env.BENCH_BACKLOG_LARGE ?? 100_000);
@@ -88,6 +94,8 @@ export const processesOf = (deployment: BacklogDeployment, receivers: Receivers)
 export interface BacklogDeployment {
 	engine: "sqlite" | "postgresql";
 	cluster: boolean;
+	/** The NATS server its processes joined. */
+	nats: { url: string; files: NatsFiles };
 	/** The dispatcher processes (one, or two in the cluster). */
 	dispatchers: Array<ChildServer<unknown>>;
 	/** Every service process and its role, by which a burst splits the service's CPU. */
@@ -102,8 +110,7 @@ export interface BacklogDeployment {
 
 export interface BacklogHarness {
 	receivers: Receivers;
-	natsUrl: string;
-	deploy(options: { engine: "sqlite" | "postgresql"; cluster?: boolean; healthyUrls: string[] }): Promise<BacklogDeployment>;
+	deploy(options: { engine: "sqlite" | "postgresql"; cluster?: boolean; healthyUrls: string[]; nats?: BacklogDeployment["nats"] }): Promise<BacklogDeployment>;
 	/** The closed-loop throughput (deliveries/s) of `events` events on a running deployment. */
 	closedLoop(deployment: BacklogDeployment, events: number): Promise<number>;
 	orderEvent(): object;
@@ -148,8 +155,8 @@ interface BurstFigures {
 }
 
 /** Counts what crosses NATS while it runs: a subscriber to every subject. */
-async function natsTraffic(url: string): Promise<{ read(): { messages: number; bytes: number }; close(): Promise<void> }> {
-	const nats: NatsConnection = await connect({ servers: new URL(url).host });
+async function natsTraffic(server: BacklogDeployment["nats"]): Promise<{ read(): { messages: number; bytes: number }; close(): Promise<void> }> {
+	const nats: NatsConnection = await connect(natsServerOptions(server.url, server.files));
 	let messages = 0;
 	let bytes = 0;
 	const subscription = nats.subscribe(">", {
@@ -195,7 +202,7 @@ async function burst(harness: BacklogHarness, deployment: BacklogDeployment, del
 	await harness.probe(processesOf(deployment, receivers), "cpu"); // starts every process's CPU window, without the delay monitor
 	const counters = deployment.engine === "postgresql" ? await databaseCounters(deployment.db) : undefined;
 	// Apart: the counting subscriber doubles what nats-server sends, so its CPU would not be the service's.
-	const traffic = options.countNats ? await natsTraffic(harness.natsUrl) : undefined;
+	const traffic = options.countNats ? await natsTraffic(deployment.nats) : undefined;
 	const database = cpuSecondsByPid(DATABASE_PROCESSES);
 	const nats = cpuSecondsByPid(BROKER_PROCESSES);
 	const started = monotonicMs();
@@ -373,9 +380,32 @@ async function pendingSteps(harness: BacklogHarness, deployment: BacklogDeployme
 	};
 }
 
+/** A NATS server of the run's own that takes TLS only and verifies each client's certificate. */
+async function startTlsNats(): Promise<{ nats: BacklogDeployment["nats"]; close(): Promise<void> }> {
+	const server = await startNatsServer();
+	const certificates = fs.mkdtempSync(path.join(os.tmpdir(), "swh-bench-nats-tls-"));
+	const { TRANSPORTER, ...files } = await server.startTls(certificates);
+	return {
+		nats: { url: TRANSPORTER, files },
+		async close() {
+			await server.close();
+			fs.rmSync(certificates, { recursive: true, force: true });
+		},
+	};
+}
+
+const isCluster = (mode: string) => mode === "cluster" || mode === "cluster_tls";
+
 async function modeRun(harness: BacklogHarness, mode: string, urls: string[], withPending: boolean) {
 	const engine = mode === "sqlite" ? "sqlite" : "postgresql";
-	const deployment = await harness.deploy({ engine, cluster: mode === "cluster", healthyUrls: urls });
+	const tlsNats = mode === "cluster_tls" ? await startTlsNats() : undefined;
+	let deployment: BacklogDeployment;
+	try {
+		deployment = await harness.deploy({ engine, cluster: isCluster(mode), healthyUrls: urls, nats: tlsNats?.nats });
+	} catch (err) {
+		await tlsNats?.close();
+		throw err;
+	}
 	try {
 		const cold = await burst(harness, deployment, SMALL);
 		const warm = [];
@@ -395,7 +425,7 @@ async function modeRun(harness: BacklogHarness, mode: string, urls: string[], wi
 		for (let i = 0; i < LARGE_RUNS; i++) large.push(await burst(harness, deployment, LARGE));
 		const largeRates = large.map(b => b.deliveries_per_s);
 		// NATS traffic per delivery, in a burst of its own (the counting subscriber adds its own load).
-		const natsCounted = mode === "cluster" ? { nats_counted_burst: await burst(harness, deployment, SMALL, { countNats: true }) } : {};
+		const natsCounted = isCluster(mode) ? { nats_counted_burst: await burst(harness, deployment, SMALL, { countNats: true }) } : {};
 		return {
 			start_seconds: deployment.startSeconds,
 			cold_burst: cold,
@@ -414,6 +444,7 @@ async function modeRun(harness: BacklogHarness, mode: string, urls: string[], wi
 		};
 	} finally {
 		await deployment.stop();
+		await tlsNats?.close();
 	}
 }
 
@@ -428,10 +459,34 @@ export async function backlogScenario(harness: BacklogHarness, healthyUrls: stri
 		for (const layout of LAYOUTS) {
 			process.stderr.write(`bench delivery: backlog ${mode} ${layout}\n`);
 			const urls = layout === "one_host" ? oneHost : healthyUrls;
-			results[mode][layout] = await modeRun(harness, mode, urls, mode !== "cluster" && layout === LAYOUTS[0] && PENDING_STEPS.length > 0);
+			results[mode][layout] = await modeRun(harness, mode, urls, !isCluster(mode) && layout === LAYOUTS[0] && PENDING_STEPS.length > 0);
 		}
 	}
-	return { small: SMALL, large: LARGE, large_runs: LARGE_RUNS, warm_bursts: WARM_BURSTS, goals: BACKLOG_GOALS, ...results };
+	const tls = results.cluster && results.cluster_tls ? { cluster_tls_vs_cluster: Object.fromEntries(LAYOUTS.map(layout => [layout, tlsAgainstPlain(results.cluster[layout], results.cluster_tls[layout])])) } : {};
+	return { small: SMALL, large: LARGE, large_runs: LARGE_RUNS, warm_bursts: WARM_BURSTS, goals: BACKLOG_GOALS, ...results, ...tls };
+}
+
+/**
+ * What TLS to NATS costs the cluster, from the two modes of one run: rates ÷ the plain cluster's,
+ * and CPU per delivery in the large bursts (means), also each ÷ the raw loop measured just before
+ * it, since the machine's speed drifts between the two modes.
+ */
+function tlsAgainstPlain(plain: ModeFigures, tls: ModeFigures) {
+	const cpu = (figures: ModeFigures) => {
+		const large = figures.large_bursts.filter(b => b.valid);
+		const meanOf = (pick: (b: BurstFigures) => number) => (large.length ? mean(large.map(pick)) : null);
+		return { total: meanOf(b => b.cpu_us_per_delivery.total), nats: meanOf(b => b.cpu_us_per_delivery.nats), service: meanOf(b => b.cpu_us_per_delivery.service) };
+	};
+	const [plainCpu, tlsCpu] = [cpu(plain), cpu(tls)];
+	const largeRate = (figures: ModeFigures) => (figures.large_bursts.every(b => b.valid) ? mean(figures.large_bursts.map(b => b.deliveries_per_s!)) : null);
+	const vsRawLoop = (total: number | null, figures: ModeFigures) => (total === null ? null : total / figures.raw_loop_just_before_cpu_us_per_delivery);
+	return {
+		warm_rate: ratioOrNull(tls.warm_deliveries_per_s, plain.warm_deliveries_per_s),
+		large_rate: ratioOrNull(largeRate(tls), largeRate(plain)),
+		large_cpu_us_per_delivery: { plain: plainCpu, tls: tlsCpu },
+		large_cpu_total: ratioOrNull(tlsCpu.total, plainCpu.total),
+		large_cpu_total_vs_raw_loop_just_before: ratioOrNull(vsRawLoop(tlsCpu.total, tls), vsRawLoop(plainCpu.total, plain)),
+	};
 }
 
 /**

@@ -4,6 +4,7 @@
 import crypto from "node:crypto";
 import { ServiceBroker } from "moleculer";
 import { parseConfig } from "../../lib/config";
+import { natsServerOptions, type NatsFiles } from "../../lib/connection-urls";
 import { ORDER_STATUS_CHANNEL } from "../../lib/intake-channel";
 import { intakeMiddlewares } from "../../lib/intake-jetstream";
 import type { ChildServer } from "./child";
@@ -11,12 +12,16 @@ import { PROBE_MESSAGES, type ProbeFigures, type ProbeWindow } from "./event-loo
 
 export type Probe = Omit<ProbeFigures, "type">;
 
-/** The environment every service node of one deployment shares (bench/lib/service-node.ts reads it). */
-export function serviceNodeEnv(namespace: string, natsUrl: string, dataDir: string): Record<string, string> {
+/**
+ * The environment every service node of one deployment shares (bench/lib/service-node.ts reads it).
+ * `natsFiles` are a TLS server's NATS_CA_FILE, NATS_CERT_FILE and NATS_KEY_FILE.
+ */
+export function serviceNodeEnv(namespace: string, natsUrl: string, dataDir: string, natsFiles: NatsFiles = {}): Record<string, string> {
 	return {
 		NODE_ENV: "bench",
 		LOG_LEVEL: "warn",
 		TRANSPORTER: natsUrl,
+		...(natsFiles as Record<string, string>),
 		NAMESPACE: namespace,
 		DATA_DIR: dataDir,
 		PORT: "0",
@@ -45,13 +50,13 @@ export async function probeAll(nodes: Array<ChildServer<unknown>>, next: ProbeWi
 	return Promise.all(nodes.map(node => probe(node, next)));
 }
 
-export function producerBroker(namespace: string, natsUrl: string): ServiceBroker {
+export function producerBroker(namespace: string, natsUrl: string, natsFiles: NatsFiles = {}): ServiceBroker {
 	return new ServiceBroker({
 		namespace,
 		nodeID: `${namespace}-producer`,
-		transporter: { type: "NATS", options: { url: natsUrl } },
+		transporter: { type: "NATS", options: natsServerOptions(natsUrl, natsFiles) },
 		logger: false,
-		middlewares: intakeMiddlewares(parseConfig({ TRANSPORTER: natsUrl, NAMESPACE: namespace })),
+		middlewares: intakeMiddlewares(parseConfig({ ...(natsFiles as Record<string, string>), TRANSPORTER: natsUrl, NAMESPACE: namespace })),
 		// The run stops its producers itself; Moleculer's own Ctrl-C handler would stop this one
 		// and exit 0 at once, racing the run's clean-up of its schemas and streams.
 		skipProcessEventRegistration: true,

@@ -9,6 +9,7 @@ import { setTimeout as sleep } from "node:timers/promises";
 import knex from "knex";
 import type { ServiceBroker } from "moleculer";
 import { connect } from "nats";
+import type { NatsFiles } from "../../lib/connection-urls";
 import { generateWebhookSecret } from "../../lib/crypto";
 import { TASKING_ORDER_STATUS_TOPIC } from "../../lib/schemas/events";
 import type { BacklogDeployment, ServiceNode } from "./backlog";
@@ -45,6 +46,12 @@ const here = (file: string) => path.join(__dirname, file);
 const runId = `b${crypto.randomBytes(3).toString("hex")}`;
 let deployments = 0;
 
+/** A NATS server the deployment's processes join: its TRANSPORTER, and for TLS the node's files. */
+export interface BenchNats {
+	url: string;
+	files: NatsFiles;
+}
+
 /** A deployment of the service: what the backlog scenario uses of it, and the producer's broker. */
 export interface Deployment extends BacklogDeployment {
 	label: string;
@@ -58,6 +65,8 @@ export interface DeployOptions {
 	neighbourUrls?: string[];
 	caFile: string;
 	env?: Record<string, string>;
+	/** Another NATS server than NATS_URL, e.g. one that takes TLS only, and the files to join it. */
+	nats?: BenchNats;
 }
 
 /** Starts the service's processes (fresh database, fresh stream) and creates the webhooks. */
@@ -66,8 +75,9 @@ export async function deploy(options: DeployOptions): Promise<Deployment> {
 	const namespace = `${runId}d${deployments}`;
 	const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), "swh-bench-"));
 	const schema = options.engine === "postgresql" ? `bench_${namespace}` : undefined;
+	const nats = options.nats ?? { url: NATS_URL, files: {} };
 	const env: Record<string, string> = {
-		...serviceNodeEnv(namespace, NATS_URL, dataDir),
+		...serviceNodeEnv(namespace, nats.url, dataDir, nats.files),
 		WEBHOOK_ALLOW_NETS: "127.0.0.0/8",
 		WEBHOOK_CA_FILE: options.caFile,
 		DELIVERY_CONCURRENCY: String(CONCURRENCY),
@@ -85,7 +95,7 @@ export async function deploy(options: DeployOptions): Promise<Deployment> {
 		return child;
 	};
 	// The producer first: "after start" is about the service's processes, not the producer.
-	const producer = producerBroker(namespace, NATS_URL);
+	const producer = producerBroker(namespace, nats.url, nats.files);
 	await producer.start();
 	const nodes: ServiceNode[] = [];
 	const dispatchers: Array<ChildServer<unknown>> = [];
@@ -118,6 +128,7 @@ export async function deploy(options: DeployOptions): Promise<Deployment> {
 		label: namespace,
 		engine: options.engine,
 		cluster: Boolean(options.cluster),
+		nats,
 		producer,
 		dispatchers,
 		nodes,
