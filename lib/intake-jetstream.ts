@@ -81,8 +81,9 @@ export async function dropIntakeStreams(natsUrl: string, namespace: string): Pro
 	}
 }
 
-/** Creates the intake stream, its dead-letter stream and every group's durable consumer. */
-export async function provisionIntake(natsUrl: string, config: AppConfig): Promise<void> {
+/** Creates the intake stream, its dead-letter stream and every group's durable consumer, on TRANSPORTER's NATS. */
+export async function provisionIntake(config: AppConfig): Promise<void> {
+	const natsUrl = config.TRANSPORTER!;
 	const names = intakeNames(config.NAMESPACE);
 	let connection: NatsConnection | undefined;
 	try {
@@ -135,7 +136,7 @@ export function intakeMiddlewares(config: AppConfig): Middleware[] {
 	const provisioning = {
 		name: "IntakeProvisioning",
 		async starting(broker: ServiceBroker) {
-			await provisionIntake(natsUrl, config);
+			await provisionIntake(config);
 			broker.logger.info(`Durable intake ready: JetStream stream ${intakeNames(config.NAMESPACE).stream}, groups ${INTAKE_GROUPS.join(", ")}`);
 		},
 	};

@@ -110,9 +110,9 @@ describeWithNats("intake, cluster mode on JetStream", () => {
 				expect(consumer.config).toMatchObject({ durable_name: group, deliver_policy: "all", ack_policy: "explicit", filter_subject: names.subject, ack_wait: nanos(60_000) });
 			}
 			// A node started with another INTAKE_ACK_WAIT applies it to the consumers that exist.
-			await provisionIntake(TEST_NATS_URL, parseConfig({ TRANSPORTER: TEST_NATS_URL, NAMESPACE: namespace, INTAKE_ACK_WAIT: "5s" }));
+			await provisionIntake(parseConfig({ TRANSPORTER: TEST_NATS_URL, NAMESPACE: namespace, INTAKE_ACK_WAIT: "5s" }));
 			for (const group of INTAKE_GROUPS) expect((await manager.consumers.info(names.stream, group)).config.ack_wait).toBe(nanos(5_000));
-			await provisionIntake(TEST_NATS_URL, parseConfig({ TRANSPORTER: TEST_NATS_URL, NAMESPACE: namespace }));
+			await provisionIntake(parseConfig({ TRANSPORTER: TEST_NATS_URL, NAMESPACE: namespace }));
 			for (const group of INTAKE_GROUPS) expect((await manager.consumers.info(names.stream, group)).config.ack_wait).toBe(nanos(60_000));
 		} finally {
 			await nats.close();
@@ -122,7 +122,7 @@ describeWithNats("intake, cluster mode on JetStream", () => {
 	it("lets nodes that start together provision a fresh namespace, every one of them", async () => {
 		const fresh = `${namespace}-together`;
 		try {
-			const outcomes = await Promise.allSettled(Array.from({ length: 8 }, () => provisionIntake(TEST_NATS_URL, parseConfig({ TRANSPORTER: TEST_NATS_URL, NAMESPACE: fresh }))));
+			const outcomes = await Promise.allSettled(Array.from({ length: 8 }, () => provisionIntake(parseConfig({ TRANSPORTER: TEST_NATS_URL, NAMESPACE: fresh }))));
 			expect(outcomes.map(outcome => (outcome.status === "rejected" ? String(outcome.reason) : "ok"))).toEqual(Array(8).fill("ok"));
 			const nats = await connectToNats(TEST_NATS_URL, "intake-test");
 			try {
