@@ -6,7 +6,8 @@
 // Per mode (SQLite one node, PostgreSQL one node, the cluster: a gateway node, a notifier and two
 // dispatcher processes on PostgreSQL and JetStream) and per layout (each webhook on its own
 // origin, or all ten on one host, as behind one API gateway), on one deployment that stays up
-// (and cluster_tls, not by default: the cluster on a NATS of its own that takes TLS only):
+// (and, not by default, postgresql_tls and cluster_tls: the same on a PostgreSQL and a NATS of
+// their own that take TLS only):
 //   1. a burst of SMALL deliveries on the freshly started node (its first work: cold code, new
 //      connections),
 //   2. WARM_BURSTS more of SMALL (their median is the warm rate), then one after each idle spell
@@ -28,9 +29,6 @@
 // CPU per delivery during each burst: the service's processes (all their threads), PostgreSQL
 // (every postgres process) and nats-server, read from /proc, beside the receivers' (apart).
 import crypto from "node:crypto";
-import fs from "node:fs";
-import os from "node:os";
-import path from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
 import type { Knex } from "knex";
 import { orderStatusMessage } from "../../lib/schemas/deliveries";
@@ -44,7 +42,6 @@ import { BROKER_PROCESSES, DATABASE_PROCESSES, cpuSecondsBetween, cpuSecondsByPi
 import { monotonicMs } from "./receiver";
 import type { Receivers } from "./receivers";
 import { mean, percentile, ratioOrNull, round } from "./stats";
-import { startNatsServer } from "../../test/helpers/nats-server";
 
 const SMALL = Number(process.env.BENCH_BACKLOG_SMALL ?? 5_000);
 const LARGE = Number(process.env.BENCH_BACKLOG_LARGE ?? 100_000);
@@ -110,7 +107,8 @@ export interface BacklogDeployment {
 
 export interface BacklogHarness {
 	receivers: Receivers;
-	deploy(options: { engine: "sqlite" | "postgresql"; cluster?: boolean; healthyUrls: string[]; nats?: BacklogDeployment["nats"] }): Promise<BacklogDeployment>;
+	/** `tls`: on a NATS (the cluster) and a PostgreSQL of the deployment's own that take TLS only. */
+	deploy(options: { engine: "sqlite" | "postgresql"; cluster?: boolean; healthyUrls: string[]; tls?: boolean }): Promise<BacklogDeployment>;
 	/** The closed-loop throughput (deliveries/s) of `events` events on a running deployment. */
 	closedLoop(deployment: BacklogDeployment, events: number): Promise<number>;
 	orderEvent(): object;
@@ -380,32 +378,14 @@ async function pendingSteps(harness: BacklogHarness, deployment: BacklogDeployme
 	};
 }
 
-/** A NATS server of the run's own that takes TLS only and verifies each client's certificate. */
-async function startTlsNats(): Promise<{ nats: BacklogDeployment["nats"]; close(): Promise<void> }> {
-	const server = await startNatsServer();
-	const certificates = fs.mkdtempSync(path.join(os.tmpdir(), "swh-bench-nats-tls-"));
-	const { TRANSPORTER, ...files } = await server.startTls(certificates);
-	return {
-		nats: { url: TRANSPORTER, files },
-		async close() {
-			await server.close();
-			fs.rmSync(certificates, { recursive: true, force: true });
-		},
-	};
-}
-
-const isCluster = (mode: string) => mode === "cluster" || mode === "cluster_tls";
+// A mode with _tls is its twin without, on servers of the run's own that take TLS only.
+const TLS_SUFFIX = "_tls";
+const isTls = (mode: string) => mode.endsWith(TLS_SUFFIX);
+const isCluster = (mode: string) => mode.replace(TLS_SUFFIX, "") === "cluster";
 
 async function modeRun(harness: BacklogHarness, mode: string, urls: string[], withPending: boolean) {
 	const engine = mode === "sqlite" ? "sqlite" : "postgresql";
-	const tlsNats = mode === "cluster_tls" ? await startTlsNats() : undefined;
-	let deployment: BacklogDeployment;
-	try {
-		deployment = await harness.deploy({ engine, cluster: isCluster(mode), healthyUrls: urls, nats: tlsNats?.nats });
-	} catch (err) {
-		await tlsNats?.close();
-		throw err;
-	}
+	const deployment = await harness.deploy({ engine, cluster: isCluster(mode), healthyUrls: urls, tls: isTls(mode) });
 	try {
 		const cold = await burst(harness, deployment, SMALL);
 		const warm = [];
@@ -444,7 +424,6 @@ async function modeRun(harness: BacklogHarness, mode: string, urls: string[], wi
 		};
 	} finally {
 		await deployment.stop();
-		await tlsNats?.close();
 	}
 }
 
@@ -459,17 +438,23 @@ export async function backlogScenario(harness: BacklogHarness, healthyUrls: stri
 		for (const layout of LAYOUTS) {
 			process.stderr.write(`bench delivery: backlog ${mode} ${layout}\n`);
 			const urls = layout === "one_host" ? oneHost : healthyUrls;
-			results[mode][layout] = await modeRun(harness, mode, urls, !isCluster(mode) && layout === LAYOUTS[0] && PENDING_STEPS.length > 0);
+			const withPending = !isCluster(mode) && !isTls(mode) && layout === LAYOUTS[0] && PENDING_STEPS.length > 0;
+			results[mode][layout] = await modeRun(harness, mode, urls, withPending);
 		}
 	}
-	const tls = results.cluster && results.cluster_tls ? { cluster_tls_vs_cluster: Object.fromEntries(LAYOUTS.map(layout => [layout, tlsAgainstPlain(results.cluster[layout], results.cluster_tls[layout])])) } : {};
-	return { small: SMALL, large: LARGE, large_runs: LARGE_RUNS, warm_bursts: WARM_BURSTS, goals: BACKLOG_GOALS, ...results, ...tls };
+	// Each _tls mode against its twin of the same run, e.g. cluster_tls_vs_cluster.
+	const tlsComparisons: Record<string, Record<string, ReturnType<typeof tlsAgainstPlain>>> = {};
+	for (const mode of MODES.filter(isTls)) {
+		const plain = mode.replace(TLS_SUFFIX, "");
+		if (results[plain]) tlsComparisons[`${mode}_vs_${plain}`] = Object.fromEntries(LAYOUTS.map(layout => [layout, tlsAgainstPlain(results[plain][layout], results[mode][layout])]));
+	}
+	return { small: SMALL, large: LARGE, large_runs: LARGE_RUNS, warm_bursts: WARM_BURSTS, goals: BACKLOG_GOALS, ...results, ...tlsComparisons };
 }
 
 /**
- * What TLS to NATS costs the cluster, from the two modes of one run: rates ÷ the plain cluster's,
- * and CPU per delivery in the large bursts (means), also each ÷ the raw loop measured just before
- * it, since the machine's speed drifts between the two modes.
+ * What TLS costs, from a mode and its _tls twin in one run: rates ÷ the plain mode's, and CPU per
+ * delivery in the large bursts (means), also each ÷ the raw loop measured just before it, since
+ * the machine's speed drifts between the two modes.
  */
 function tlsAgainstPlain(plain: ModeFigures, tls: ModeFigures) {
 	const cpu = (figures: ModeFigures) => {

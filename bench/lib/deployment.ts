@@ -13,6 +13,8 @@ import type { NatsFiles } from "../../lib/connection-urls";
 import { generateWebhookSecret } from "../../lib/crypto";
 import { TASKING_ORDER_STATUS_TOPIC } from "../../lib/schemas/events";
 import type { BacklogDeployment, ServiceNode } from "./backlog";
+import { startNatsServer } from "../../test/helpers/nats-server";
+import { startPostgresServer } from "../../test/helpers/postgres-server";
 import { startChild, stopAllChildren, type ChildServer } from "./child";
 import { producerBroker, sendVia, serviceNodeEnv } from "./cluster-nodes";
 import { monotonicMs } from "./receiver";
@@ -65,8 +67,66 @@ export interface DeployOptions {
 	neighbourUrls?: string[];
 	caFile: string;
 	env?: Record<string, string>;
-	/** Another NATS server than NATS_URL, e.g. one that takes TLS only, and the files to join it. */
+	/**
+	 * On servers of the deployment's own that take TLS only and verify each client's certificate:
+	 * a PostgreSQL (engine postgresql) and a NATS (cluster), instead of DATABASE_URL and NATS_URL.
+	 */
+	tls?: boolean;
+}
+
+interface TlsServers {
 	nats?: BenchNats;
+	databaseUrl?: string;
+	close(): Promise<void>;
+}
+
+// Servers a deployment started (tls), closed by a signal too: PostgreSQL would outlive the run.
+const ownServers = new Set<TlsServers>();
+
+// The shared PostgreSQL's settings that a server of the run's own copies, so that TLS is the only
+// difference between a mode and its _tls twin.
+const COPIED_POSTGRES_SETTINGS = ["autovacuum", "shared_buffers", "max_wal_size", "min_wal_size", "checkpoint_timeout", "synchronous_commit", "fsync", "wal_level"];
+
+async function sharedPostgresSettings(): Promise<Record<string, string>> {
+	const db = knex({ client: "pg", connection: DATABASE_URL, pool: { min: 0, max: 1 } });
+	try {
+		const { rows } = await db.raw<{ rows: Array<{ name: string; setting: string }> }>("SELECT name, setting FROM pg_settings WHERE name = ANY(?)", [COPIED_POSTGRES_SETTINGS]);
+		return Object.fromEntries(rows.map(row => [row.name, row.setting]));
+	} finally {
+		await db.destroy();
+	}
+}
+
+/** A NATS and a PostgreSQL of the deployment's own, as asked, each taking TLS only. */
+async function startTlsServers(want: { nats: boolean; postgresql: boolean }): Promise<TlsServers> {
+	const certificates = fs.mkdtempSync(path.join(os.tmpdir(), "swh-bench-tls-"));
+	const started: Array<{ close(): Promise<void> }> = [];
+	const servers: TlsServers = {
+		async close() {
+			await Promise.all(started.map(server => server.close()));
+			fs.rmSync(certificates, { recursive: true, force: true });
+			ownServers.delete(servers);
+		},
+	};
+	ownServers.add(servers);
+	try {
+		if (want.nats) {
+			const nats = await startNatsServer();
+			started.push(nats);
+			const { TRANSPORTER, ...files } = await nats.startTls(certificates);
+			servers.nats = { url: TRANSPORTER, files };
+		}
+		if (want.postgresql) {
+			const postgres = await startPostgresServer({ mutualTls: true, settings: await sharedPostgresSettings() });
+			started.push(postgres);
+			const { caFile, certFile, keyFile } = postgres.tls!;
+			servers.databaseUrl = `${postgres.url}?${new URLSearchParams({ sslmode: "verify-full", sslrootcert: caFile, sslcert: certFile, sslkey: keyFile })}`;
+		}
+	} catch (err) {
+		await servers.close();
+		throw err;
+	}
+	return servers;
 }
 
 /** Starts the service's processes (fresh database, fresh stream) and creates the webhooks. */
@@ -75,13 +135,15 @@ export async function deploy(options: DeployOptions): Promise<Deployment> {
 	const namespace = `${runId}d${deployments}`;
 	const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), "swh-bench-"));
 	const schema = options.engine === "postgresql" ? `bench_${namespace}` : undefined;
-	const nats = options.nats ?? { url: NATS_URL, files: {} };
+	const tlsServers = options.tls ? await startTlsServers({ nats: Boolean(options.cluster), postgresql: Boolean(schema) }) : undefined;
+	const nats = tlsServers?.nats ?? { url: NATS_URL, files: {} };
+	const databaseUrl = tlsServers?.databaseUrl ?? DATABASE_URL;
 	const env: Record<string, string> = {
 		...serviceNodeEnv(namespace, nats.url, dataDir, nats.files),
 		WEBHOOK_ALLOW_NETS: "127.0.0.0/8",
 		WEBHOOK_CA_FILE: options.caFile,
 		DELIVERY_CONCURRENCY: String(CONCURRENCY),
-		...(schema ? { DATABASE_URL, DATABASE_SCHEMA: schema } : {}),
+		...(schema ? { DATABASE_URL: databaseUrl, DATABASE_SCHEMA: schema } : {}),
 		...options.env,
 		...SERVICE_ENV,
 	};
@@ -113,6 +175,7 @@ export async function deploy(options: DeployOptions): Promise<Deployment> {
 	} catch (err) {
 		await Promise.all([...nodes.map(node => node.server), ...dispatchers].map(node => node.stop()));
 		await producer.stop();
+		await tlsServers?.close();
 		throw err;
 	}
 	await producer.waitForServices(["webhooks", "dispatcher", ...(options.cluster ? ["notifier"] : [])], 60_000);
@@ -122,7 +185,7 @@ export async function deploy(options: DeployOptions): Promise<Deployment> {
 	for (const [i, url] of options.healthyUrls.entries()) healthy.push(await create(url, i));
 	for (const [i, url] of (options.neighbourUrls ?? []).entries()) await create(url, 100 + i);
 	const db = schema
-		? knex({ client: "pg", connection: DATABASE_URL, searchPath: [schema], pool: { min: 0, max: 2 } })
+		? knex({ client: "pg", connection: databaseUrl, searchPath: [schema], pool: { min: 0, max: 2 } })
 		: knex({ client: "better-sqlite3", connection: { filename: path.join(dataDir, "service.sqlite") }, useNullAsDefault: true });
 	return {
 		label: namespace,
@@ -140,14 +203,16 @@ export async function deploy(options: DeployOptions): Promise<Deployment> {
 			await producer.stop();
 			await Promise.all(dispatchers.map(node => node.stop()));
 			await Promise.all(nodes.filter(node => !dispatchers.includes(node.server)).map(node => node.server.stop()));
-			// BENCH_KEEP_DATA=1 keeps the SQLite files (and prints where), to look at the timestamps.
-			if (process.env.BENCH_KEEP_DATA) {
+			// BENCH_KEEP_DATA=1 keeps the SQLite files (and prints where), to look at the timestamps;
+			// not a _tls mode's servers, which are the deployment's own.
+			if (process.env.BENCH_KEEP_DATA && !tlsServers) {
 				process.stderr.write(`bench delivery: kept ${schema ? `schema ${schema}` : dataDir}\n`);
 				await db.destroy();
 				return;
 			}
 			if (schema) await db.raw(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`);
 			await db.destroy();
+			await tlsServers?.close();
 			fs.rmSync(dataDir, { recursive: true, force: true });
 		},
 	};
@@ -250,6 +315,7 @@ export function removeLeftoversOnSignal(): () => Promise<void> {
 	const onSignal = (signal: NodeJS.Signals) => {
 		process.stderr.write(`bench delivery: ${signal}: stopping the run's processes, removing its schemas and streams\n`);
 		cleaningUp ??= stopAllChildren()
+			.then(() => Promise.all([...ownServers].map(servers => servers.close())))
 			.then(removeRunLeftovers)
 			.catch(err => process.stderr.write(`bench delivery: could not remove the run's schemas and streams: ${String(err)}\n`))
 			.then(() => process.exit(128 + os.constants.signals[signal]));

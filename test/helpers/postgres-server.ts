@@ -47,12 +47,18 @@ export interface PostgresServer {
 	close(): Promise<void>;
 }
 
-/**
- * `mutualTls`: the server takes TLS connections only (hostssl in pg_hba.conf) that present a
- * client certificate of its CA (clientcert=verify-ca), its own certificate signed by that CA, made
- * in its folder.
- */
-export async function startPostgresServer(options: { mutualTls?: boolean } = {}): Promise<PostgresServer> {
+export interface PostgresServerOptions {
+	/**
+	 * The server takes TLS connections only (hostssl in pg_hba.conf) that present a client
+	 * certificate of its CA (clientcert=verify-ca), its own certificate signed by that CA, made in its
+	 * folder.
+	 */
+	mutualTls?: boolean;
+	/** Server settings (`-c name=value`), e.g. to match another server's. */
+	settings?: Record<string, string>;
+}
+
+export async function startPostgresServer(options: PostgresServerOptions = {}): Promise<PostgresServer> {
 	const bin = postgresBinDir();
 	if (!bin) throw new Error("PostgreSQL's server programs were not found (install Debian's postgresql, or set PG_BIN_DIR)");
 	const root = fs.mkdtempSync(path.join(os.tmpdir(), "swh-pg-"));
@@ -71,7 +77,9 @@ export async function startPostgresServer(options: { mutualTls?: boolean } = {})
 		});
 	};
 	await pgRun("initdb", ["-D", dataDir, "-U", "postgres", "--auth=trust", "-E", "UTF8", "--no-sync", "--no-instructions"]);
-	let tlsOptions = "";
+	let extraOptions = Object.entries(options.settings ?? {})
+		.map(([name, value]) => ` -c ${name}=${value}`)
+		.join("");
 	let tls: PostgresServer["tls"];
 	if (options.mutualTls) {
 		const certificates = ensureDevelopmentCertificates(path.join(root, "certificates"));
@@ -83,7 +91,7 @@ export async function startPostgresServer(options: { mutualTls?: boolean } = {})
 		fs.chownSync(path.dirname(certificates.keyFile), uid, gid);
 		const hba = path.join(dataDir, "pg_hba.conf");
 		fs.writeFileSync(hba, fs.readFileSync(hba, "utf8").replace(/^host(\s.*)$/gm, "hostssl$1 clientcert=verify-ca"));
-		tlsOptions = ` -c ssl=on -c ssl_cert_file=${certificates.certFile} -c ssl_key_file=${certificates.keyFile} -c ssl_ca_file=${certificates.caFile}`;
+		extraOptions += ` -c ssl=on -c ssl_cert_file=${certificates.certFile} -c ssl_key_file=${certificates.keyFile} -c ssl_ca_file=${certificates.caFile}`;
 	}
 	let closed = false;
 	let running = false;
@@ -95,7 +103,7 @@ export async function startPostgresServer(options: { mutualTls?: boolean } = {})
 		async start() {
 			if (closed) throw new Error(`the PostgreSQL server on port ${port} was closed`);
 			// -w: pg_ctl returns once the server accepts connections (after any crash recovery).
-			const serverOptions = `-p ${port} -c listen_addresses=127.0.0.1 -c unix_socket_directories=${root}${tlsOptions}`;
+			const serverOptions = `-p ${port} -c listen_addresses=127.0.0.1 -c unix_socket_directories=${root}${extraOptions}`;
 			await pgRun("pg_ctl", ["start", "-w", "-t", "60", "-D", dataDir, "-l", logFile, "-o", serverOptions]);
 			running = true;
 		},
