@@ -34,8 +34,9 @@ import type { Knex } from "knex";
 import { orderStatusMessage } from "../../lib/schemas/deliveries";
 import { TASKING_ORDER_STATUS_TOPIC, type TaskingOrderStatusEvent } from "../../lib/schemas/events";
 import { connect, type NatsConnection } from "nats";
-import { natsServerOptions, type NatsFiles } from "../../lib/connection-urls";
+import { natsServerOptions } from "../../lib/connection-urls";
 import type { ChildServer } from "./child";
+import type { BenchNats } from "./cluster-nodes";
 import type { ProbeFigures, ProbeWindow } from "./event-loop-probe";
 import { databaseCounters, databaseWorkBetween, type DatabaseWork } from "./database-work";
 import { BROKER_PROCESSES, DATABASE_PROCESSES, cpuSecondsBetween, cpuSecondsByPid } from "./process-cpu";
@@ -92,7 +93,7 @@ export interface BacklogDeployment {
 	engine: "sqlite" | "postgresql";
 	cluster: boolean;
 	/** The NATS server its processes joined. */
-	nats: { url: string; files: NatsFiles };
+	nats: BenchNats;
 	/** The dispatcher processes (one, or two in the cluster). */
 	dispatchers: Array<ChildServer<unknown>>;
 	/** Every service process and its role, by which a burst splits the service's CPU. */
@@ -153,7 +154,7 @@ interface BurstFigures {
 }
 
 /** Counts what crosses NATS while it runs: a subscriber to every subject. */
-async function natsTraffic(server: BacklogDeployment["nats"]): Promise<{ read(): { messages: number; bytes: number }; close(): Promise<void> }> {
+async function natsTraffic(server: BenchNats): Promise<{ read(): { messages: number; bytes: number }; close(): Promise<void> }> {
 	const nats: NatsConnection = await connect(natsServerOptions(server.url, server.files));
 	let messages = 0;
 	let bytes = 0;

@@ -12,6 +12,12 @@ import { PROBE_MESSAGES, type ProbeFigures, type ProbeWindow } from "./event-loo
 
 export type Probe = Omit<ProbeFigures, "type">;
 
+/** A NATS server a deployment's processes join: its TRANSPORTER, and for TLS the node's files. */
+export interface BenchNats {
+	url: string;
+	files: NatsFiles;
+}
+
 /**
  * The environment every service node of one deployment shares (bench/lib/service-node.ts reads it).
  * `natsFiles` are a TLS server's NATS_CA_FILE, NATS_CERT_FILE and NATS_KEY_FILE.

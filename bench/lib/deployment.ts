@@ -9,14 +9,13 @@ import { setTimeout as sleep } from "node:timers/promises";
 import knex from "knex";
 import type { ServiceBroker } from "moleculer";
 import { connect } from "nats";
-import type { NatsFiles } from "../../lib/connection-urls";
 import { generateWebhookSecret } from "../../lib/crypto";
 import { TASKING_ORDER_STATUS_TOPIC } from "../../lib/schemas/events";
 import type { BacklogDeployment, ServiceNode } from "./backlog";
 import { startNatsServer } from "../../test/helpers/nats-server";
 import { startPostgresServer } from "../../test/helpers/postgres-server";
 import { startChild, stopAllChildren, type ChildServer } from "./child";
-import { producerBroker, sendVia, serviceNodeEnv } from "./cluster-nodes";
+import { producerBroker, sendVia, serviceNodeEnv, type BenchNats } from "./cluster-nodes";
 import { monotonicMs } from "./receiver";
 import type { Receivers } from "./receivers";
 
@@ -47,12 +46,6 @@ const here = (file: string) => path.join(__dirname, file);
 // Every database schema and stream of this run is named after it, and removed by it.
 const runId = `b${crypto.randomBytes(3).toString("hex")}`;
 let deployments = 0;
-
-/** A NATS server the deployment's processes join: its TRANSPORTER, and for TLS the node's files. */
-export interface BenchNats {
-	url: string;
-	files: NatsFiles;
-}
 
 /** A deployment of the service: what the backlog scenario uses of it, and the producer's broker. */
 export interface Deployment extends BacklogDeployment {
