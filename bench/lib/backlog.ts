@@ -36,13 +36,13 @@ import { TASKING_ORDER_STATUS_TOPIC, type TaskingOrderStatusEvent } from "../../
 import { connect, type NatsConnection } from "nats";
 import { natsServerOptions } from "../../lib/connection-urls";
 import type { ChildServer } from "./child";
-import type { BenchNats } from "./cluster-nodes";
 import type { ProbeFigures, ProbeWindow } from "./event-loop-probe";
 import { databaseCounters, databaseWorkBetween, type DatabaseWork } from "./database-work";
 import { BROKER_PROCESSES, DATABASE_PROCESSES, cpuSecondsBetween, cpuSecondsByPid } from "./process-cpu";
 import { monotonicMs } from "./receiver";
 import type { Receivers } from "./receivers";
 import { mean, percentile, ratioOrNull, round } from "./stats";
+import type { NatsEnv } from "../../test/helpers/nats-server";
 
 const SMALL = Number(process.env.BENCH_BACKLOG_SMALL ?? 5_000);
 const LARGE = Number(process.env.BENCH_BACKLOG_LARGE ?? 100_000);
@@ -93,7 +93,7 @@ export interface BacklogDeployment {
 	engine: "sqlite" | "postgresql";
 	cluster: boolean;
 	/** The NATS server its processes joined. */
-	nats: BenchNats;
+	nats: NatsEnv;
 	/** The dispatcher processes (one, or two in the cluster). */
 	dispatchers: Array<ChildServer<unknown>>;
 	/** Every service process and its role, by which a burst splits the service's CPU. */
@@ -154,8 +154,8 @@ interface BurstFigures {
 }
 
 /** Counts what crosses NATS while it runs: a subscriber to every subject. */
-async function natsTraffic(server: BenchNats): Promise<{ read(): { messages: number; bytes: number }; close(): Promise<void> }> {
-	const nats: NatsConnection = await connect(natsServerOptions(server.url, server.files));
+async function natsTraffic(server: NatsEnv): Promise<{ read(): { messages: number; bytes: number }; close(): Promise<void> }> {
+	const nats: NatsConnection = await connect(natsServerOptions(server.TRANSPORTER, server));
 	let messages = 0;
 	let bytes = 0;
 	const subscription = nats.subscribe(">", {
@@ -382,10 +382,11 @@ async function pendingSteps(harness: BacklogHarness, deployment: BacklogDeployme
 // A mode with _tls is its twin without, on servers of the run's own that take TLS only.
 const TLS_SUFFIX = "_tls";
 const isTls = (mode: string) => mode.endsWith(TLS_SUFFIX);
-const isCluster = (mode: string) => mode.replace(TLS_SUFFIX, "") === "cluster";
+const plainOf = (mode: string) => (isTls(mode) ? mode.slice(0, -TLS_SUFFIX.length) : mode);
+const isCluster = (mode: string) => plainOf(mode) === "cluster";
 
 async function modeRun(harness: BacklogHarness, mode: string, urls: string[], withPending: boolean) {
-	const engine = mode === "sqlite" ? "sqlite" : "postgresql";
+	const engine = plainOf(mode) === "sqlite" ? "sqlite" : "postgresql";
 	const deployment = await harness.deploy({ engine, cluster: isCluster(mode), healthyUrls: urls, tls: isTls(mode) });
 	try {
 		const cold = await burst(harness, deployment, SMALL);
@@ -446,7 +447,7 @@ export async function backlogScenario(harness: BacklogHarness, healthyUrls: stri
 	// Each _tls mode against its twin of the same run, e.g. cluster_tls_vs_cluster.
 	const tlsComparisons: Record<string, Record<string, ReturnType<typeof tlsAgainstPlain>>> = {};
 	for (const mode of MODES.filter(isTls)) {
-		const plain = mode.replace(TLS_SUFFIX, "");
+		const plain = plainOf(mode);
 		if (results[plain]) tlsComparisons[`${mode}_vs_${plain}`] = Object.fromEntries(LAYOUTS.map(layout => [layout, tlsAgainstPlain(results[plain][layout], results[mode][layout])]));
 	}
 	return { small: SMALL, large: LARGE, large_runs: LARGE_RUNS, warm_bursts: WARM_BURSTS, goals: BACKLOG_GOALS, ...results, ...tlsComparisons };
@@ -494,7 +495,7 @@ export function againstFloor(backlog: Awaited<ReturnType<typeof backlogScenario>
 			figures.large_vs_floor = figures.large_bursts.map(b => ratioOrNull(b.deliveries_per_s, floorRate));
 			figures.large_cpu_vs_raw_loop = figures.large_bursts.map(b => ratioOrNull(b.cpu_us_per_delivery.total, rawLoopUsPerDelivery));
 			// PostgreSQL's persistence floor applies where PostgreSQL keeps the deliveries.
-			if (persistedRawLoopUs !== undefined && mode !== "sqlite") {
+			if (persistedRawLoopUs !== undefined && plainOf(mode) !== "sqlite") {
 				figures.large_cpu_vs_persisted_raw_loop = figures.large_bursts.map(b => ratioOrNull(b.cpu_us_per_delivery.total, persistedRawLoopUs));
 			}
 		}
