@@ -41,11 +41,11 @@ export async function run(): Promise<object> {
 	const namespace = `bn${crypto.randomBytes(3).toString("hex")}`;
 	const schema = `bench_${namespace}`;
 	const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), "swh-bench-"));
-	const env: Record<string, string> = { ...serviceNodeEnv(namespace, NATS_URL, dataDir), DATABASE_URL, DATABASE_SCHEMA: schema };
+	const env: Record<string, string> = { ...serviceNodeEnv(namespace, { TRANSPORTER: NATS_URL }, dataDir), DATABASE_URL, DATABASE_SCHEMA: schema };
 	const db = knex({ client: "pg", connection: DATABASE_URL, searchPath: [schema], pool: { min: 0, max: 2 } });
 	const nats = await connect({ servers: new URL(NATS_URL).host });
 	const names = intakeNames(namespace);
-	const producer = producerBroker(namespace, NATS_URL);
+	const producer = producerBroker(namespace, { TRANSPORTER: NATS_URL });
 	const nodes: Array<ChildServer<unknown>> = [];
 	try {
 		await producer.start();

@@ -91,7 +91,7 @@ export function natsServerOptions(transporter: string, files: NatsFiles = {}): N
 		...(demandsTls
 			? {
 					tls: {
-						// Added to the public roots, as WEBHOOK_CA_FILE and SMTP_CA_FILE are.
+						// Added to the public roots, as WEBHOOK_CA_FILE is.
 						...(files.NATS_CA_FILE ? { ca: [...tls.rootCertificates, read(files.NATS_CA_FILE)].join("\n") } : {}),
 						...(files.NATS_CERT_FILE && files.NATS_KEY_FILE ? { cert: read(files.NATS_CERT_FILE), key: read(files.NATS_KEY_FILE) } : {}),
 					},

@@ -4,30 +4,21 @@
 import crypto from "node:crypto";
 import { ServiceBroker } from "moleculer";
 import { parseConfig } from "../../lib/config";
-import { natsServerOptions, type NatsFiles } from "../../lib/connection-urls";
+import { natsServerOptions } from "../../lib/connection-urls";
 import { ORDER_STATUS_CHANNEL } from "../../lib/intake-channel";
 import { intakeMiddlewares } from "../../lib/intake-jetstream";
 import type { ChildServer } from "./child";
+import type { NatsEnv } from "../../test/helpers/nats-server";
 import { PROBE_MESSAGES, type ProbeFigures, type ProbeWindow } from "./event-loop-probe";
 
 export type Probe = Omit<ProbeFigures, "type">;
 
-/** A NATS server a deployment's processes join: its TRANSPORTER, and for TLS the node's files. */
-export interface BenchNats {
-	url: string;
-	files: NatsFiles;
-}
-
-/**
- * The environment every service node of one deployment shares (bench/lib/service-node.ts reads it).
- * `natsFiles` are a TLS server's NATS_CA_FILE, NATS_CERT_FILE and NATS_KEY_FILE.
- */
-export function serviceNodeEnv(namespace: string, natsUrl: string, dataDir: string, natsFiles: NatsFiles = {}): Record<string, string> {
+/** The environment every service node of one deployment shares (bench/lib/service-node.ts reads it). */
+export function serviceNodeEnv(namespace: string, nats: NatsEnv, dataDir: string): Record<string, string> {
 	return {
 		NODE_ENV: "bench",
 		LOG_LEVEL: "warn",
-		TRANSPORTER: natsUrl,
-		...(natsFiles as Record<string, string>),
+		...nats,
 		NAMESPACE: namespace,
 		DATA_DIR: dataDir,
 		PORT: "0",
@@ -56,13 +47,13 @@ export async function probeAll(nodes: Array<ChildServer<unknown>>, next: ProbeWi
 	return Promise.all(nodes.map(node => probe(node, next)));
 }
 
-export function producerBroker(namespace: string, natsUrl: string, natsFiles: NatsFiles = {}): ServiceBroker {
+export function producerBroker(namespace: string, nats: NatsEnv): ServiceBroker {
 	return new ServiceBroker({
 		namespace,
 		nodeID: `${namespace}-producer`,
-		transporter: { type: "NATS", options: natsServerOptions(natsUrl, natsFiles) },
+		transporter: { type: "NATS", options: natsServerOptions(nats.TRANSPORTER, nats) },
 		logger: false,
-		middlewares: intakeMiddlewares(parseConfig({ ...(natsFiles as Record<string, string>), TRANSPORTER: natsUrl, NAMESPACE: namespace })),
+		middlewares: intakeMiddlewares(parseConfig({ ...nats, NAMESPACE: namespace })),
 		// The run stops its producers itself; Moleculer's own Ctrl-C handler would stop this one
 		// and exit 0 at once, racing the run's clean-up of its schemas and streams.
 		skipProcessEventRegistration: true,

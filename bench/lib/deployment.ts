@@ -12,10 +12,10 @@ import { connect } from "nats";
 import { generateWebhookSecret } from "../../lib/crypto";
 import { TASKING_ORDER_STATUS_TOPIC } from "../../lib/schemas/events";
 import type { BacklogDeployment, ServiceNode } from "./backlog";
-import { startNatsServer } from "../../test/helpers/nats-server";
+import { startNatsServer, type NatsEnv } from "../../test/helpers/nats-server";
 import { startPostgresServer } from "../../test/helpers/postgres-server";
 import { startChild, stopAllChildren, type ChildServer } from "./child";
-import { producerBroker, sendVia, serviceNodeEnv, type BenchNats } from "./cluster-nodes";
+import { producerBroker, sendVia, serviceNodeEnv } from "./cluster-nodes";
 import { monotonicMs } from "./receiver";
 import type { Receivers } from "./receivers";
 
@@ -68,7 +68,7 @@ export interface DeployOptions {
 }
 
 interface TlsServers {
-	nats?: BenchNats;
+	nats?: NatsEnv;
 	databaseUrl?: string;
 	close(): Promise<void>;
 }
@@ -106,8 +106,7 @@ async function startTlsServers(want: { nats: boolean; postgresql: boolean }): Pr
 		if (want.nats) {
 			const nats = await startNatsServer();
 			started.push(nats);
-			const { TRANSPORTER, ...files } = await nats.startTls(certificates);
-			servers.nats = { url: TRANSPORTER, files };
+			servers.nats = await nats.startTls(certificates);
 		}
 		if (want.postgresql) {
 			const postgres = await startPostgresServer({ mutualTls: true, settings: await sharedPostgresSettings() });
@@ -129,10 +128,10 @@ export async function deploy(options: DeployOptions): Promise<Deployment> {
 	const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), "swh-bench-"));
 	const schema = options.engine === "postgresql" ? `bench_${namespace}` : undefined;
 	const tlsServers = options.tls ? await startTlsServers({ nats: Boolean(options.cluster), postgresql: Boolean(schema) }) : undefined;
-	const nats = tlsServers?.nats ?? { url: NATS_URL, files: {} };
+	const nats = tlsServers?.nats ?? { TRANSPORTER: NATS_URL };
 	const databaseUrl = tlsServers?.databaseUrl ?? DATABASE_URL;
 	const env: Record<string, string> = {
-		...serviceNodeEnv(namespace, nats.url, dataDir, nats.files),
+		...serviceNodeEnv(namespace, nats, dataDir),
 		WEBHOOK_ALLOW_NETS: "127.0.0.0/8",
 		WEBHOOK_CA_FILE: options.caFile,
 		DELIVERY_CONCURRENCY: String(CONCURRENCY),
@@ -150,7 +149,7 @@ export async function deploy(options: DeployOptions): Promise<Deployment> {
 		return child;
 	};
 	// The producer first: "after start" is about the service's processes, not the producer.
-	const producer = producerBroker(namespace, nats.url, nats.files);
+	const producer = producerBroker(namespace, nats);
 	await producer.start();
 	const nodes: ServiceNode[] = [];
 	const dispatchers: Array<ChildServer<unknown>> = [];
@@ -258,7 +257,7 @@ export async function withRelay<T>(targets: Array<{ url: string }>, ca: string, 
 	deployments += 1;
 	const namespace = `${runId}r${deployments}`;
 	// The producer first, as in deploy(): "after start" is about the relay, not the producer.
-	const producer = producerBroker(namespace, NATS_URL);
+	const producer = producerBroker(namespace, { TRANSPORTER: NATS_URL });
 	await producer.start();
 	let relay: ChildServer<unknown> | undefined;
 	try {

@@ -29,7 +29,7 @@ import { parseConfig } from "../../lib/config";
 import { EMAIL_STATUSES, ORDER_STATUSES, TASKING_ORDER_STATUS_EVENT, type OrderStatus, type TaskingOrderStatusInput } from "../../lib/schemas/events";
 import { answeredKeyCount, countDeliveries, countEmails, expectedDeliveryKeys, type DeliveryFigures, type EmailFigures } from "./arrival-counts";
 import { pathOf, startHttpsReceiver, type HttpsReceiver, type ReceivedRequest, type Responder, type ScriptedResponse } from "./https-receiver";
-import { NATS_SERVER_BIN, startNatsServer, type NatsServer } from "./nats-server";
+import { NATS_SERVER_BIN, startNatsServer, type NatsEnv, type NatsServer } from "./nats-server";
 import { freePort } from "./net";
 import { RoleProcess } from "./role-process";
 import { describeWhere, TEST_DATABASE_URL } from "./services";
@@ -146,7 +146,7 @@ export class Cluster {
 	readonly secretsKey = crypto.randomBytes(32).toString("base64");
 	nats!: NatsServer;
 	/** TRANSPORTER, and with natsTls the TLS files, as every role and the test's own clients get them. */
-	natsEnv!: Record<string, string>;
+	natsEnv!: NatsEnv;
 	relay: TcpRelay | undefined;
 	receiver!: HttpsReceiver;
 	smtp!: TestSmtpServer;

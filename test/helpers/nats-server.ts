@@ -14,10 +14,14 @@ import fs from "node:fs";
 import net from "node:net";
 import os from "node:os";
 import path from "node:path";
+import type { NatsFiles } from "../../lib/connection-urls";
 import { ensureDevelopmentCertificates } from "../../lib/dev-certificates";
 import { freePort } from "./net";
 
 export const NATS_SERVER_BIN = process.env.NATS_SERVER_BIN ?? "/usr/sbin/nats-server";
+
+/** How a node reaches a NATS server: the variables it gets, TRANSPORTER and for TLS its files. */
+export type NatsEnv = NatsFiles & { TRANSPORTER: string };
 
 export interface NatsServer {
 	readonly port: number;
@@ -38,7 +42,7 @@ export interface NatsServer {
 	 * Starts it again with TLS only, its certificate signed by a CA made in `dir`, demanding a
 	 * client certificate of that CA. Returns the variables a node needs to join it.
 	 */
-	startTls(dir: string): Promise<Record<string, string>>;
+	startTls(dir: string): Promise<NatsEnv>;
 	/** The clients connected now, from the server's monitoring endpoint (/connz). */
 	connections(): Promise<Array<{ name?: string; tls_version?: string }>>;
 }
